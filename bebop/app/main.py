@@ -1,0 +1,57 @@
+"""The dashboard's entry script: page setup, the shared sidebar, and navigation between the pages.
+
+`streamlit run bebop/app/main.py` (what `bebop dashboard` does) or `streamlit run app/main.py` from a
+clone. Pages are registered by absolute path, so they are found wherever bebop is installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from bebop.app import state
+
+VIEWS = Path(__file__).resolve().parent / "views"  # not "pages/": Streamlit would auto-register that folder
+DEFAULT_SELECTION = 5
+
+
+def sidebar() -> None:
+    """Runs root and run selection, shared by every page (stored for `state.selected()`)."""
+    with st.sidebar:
+        root_text = st.text_input("Runs root", value=state.default_root(), key="runs_root",
+                                  help="Folder holding run directories (default ./runs or $BEBOP_RUNS)")
+        root, infos, message = state.discover(root_text)
+        labels = {state.label(info, root): info for info in infos}
+        chosen = st.session_state.get("runs_selected")
+        if chosen is None:  # first visit: running runs first, then the newest, a handful in all
+            running = [name for name, info in labels.items() if info.state == "running"]
+            chosen = (running + [name for name in labels if name not in running])[:DEFAULT_SELECTION]
+        st.session_state["runs_selected"] = [name for name in chosen if name in labels]
+        picked = st.multiselect(
+            "Runs", options=list(labels), key="runs_selected", placeholder="Pick runs to show",
+            format_func=lambda name: f"{name} · {labels[name].state}",
+        )
+        if message:
+            st.caption(message)
+        else:
+            st.caption(f"{len(infos)} run(s) under `{root}`")
+    st.session_state["_bebop_ctx"] = (root, infos, [labels[name] for name in picked], message)
+
+
+def main() -> None:
+    st.set_page_config(page_title="bebop", page_icon=":material/speed:", layout="wide")
+    pages = [
+        st.Page(VIEWS / "runs.py", title="Runs", icon=":material/list:", default=True),
+        st.Page(VIEWS / "live.py", title="Live", icon=":material/monitoring:", url_path="live"),
+        st.Page(VIEWS / "speed.py", title="Speed", icon=":material/speed:", url_path="speed"),
+        st.Page(VIEWS / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+        st.Page(VIEWS / "samples.py", title="Samples", icon=":material/text_fields:", url_path="samples"),
+    ]
+    page = st.navigation(pages)
+    sidebar()
+    page.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""What every dashboard page shares: the runs root, the selected runs, their incremental readers.
+
+The sidebar (drawn by `main.py` before the page) stores its choice in `st.session_state`; pages call
+`selected()` to get it and `load_runs()` to get up-to-date `Run`s. A `Run` is kept in the session and
+only `refresh()`ed afterwards, so a page that redraws every few seconds reads only the bytes appended
+since its last look. Problems a user can cause or meet (a missing root, a run deleted while open, a
+corrupt line) become a warning on the page, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from bebop.runlog import Run, RunInfo, list_runs, load_run
+
+DEFAULT_ROOT = "runs"
+CONFIG_KEYS = ("task", "rollout", "mtp_objective", "mtp_strategy", "gamma", "mode")
+STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
+_CACHE = "_bebop_runs"  # session key: {run path: Run}
+
+
+def default_root() -> str:
+    return os.environ.get("BEBOP_RUNS") or DEFAULT_ROOT
+
+
+def label(info: RunInfo, root: Path) -> str:
+    """A run's name on screen: its path under the root (unique, unlike meta.json's name)."""
+    return info.path.relative_to(root).as_posix()
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """`config[key]`, or the first `key` found in nested sections (configs nest dataclasses)."""
+    pending = [config]
+    while pending:
+        section = pending.pop(0)
+        if key in section:
+            return section[key]
+        pending.extend(v for v in section.values() if isinstance(v, Mapping))
+    return None
+
+
+def discover(root_text: str) -> tuple[Path, list[RunInfo], str | None]:
+    """The runs under `root_text`, or a message saying why there are none."""
+    root = Path(root_text).expanduser()
+    try:
+        infos = list_runs(root)
+    except FileNotFoundError:
+        return root, [], f"The runs root `{root}` does not exist yet. Start a run (`bebop demo`) or point the sidebar at another folder."
+    except OSError as err:
+        return root, [], f"Cannot read the runs root `{root}`: {err}"
+    if not infos:
+        return root, [], (f"No runs under `{root}` yet. Start one with `bebop demo`, or write preview runs with "
+                          f"`python -m bebop.synthetic {root}/preview`.")
+    return root, infos, None
+
+
+def selected() -> tuple[Path, list[RunInfo], list[RunInfo], str | None]:
+    """(root, all runs, selected runs, message) as the sidebar left them for this script run."""
+    ctx = st.session_state.get("_bebop_ctx")
+    if ctx is None:  # a page run on its own (tests): discover with the defaults
+        root, infos, message = discover(default_root())
+        return root, infos, infos[:5], message
+    return ctx
+
+
+def load_runs(infos: list[RunInfo], root: Path, *, notify: bool = True) -> dict[str, Run]:
+    """Up-to-date `Run`s for `infos`, by label; runs that vanished or broke are left out (and reported)."""
+    cache: dict[str, Run] = st.session_state.setdefault(_CACHE, {})
+    runs: dict[str, Run] = {}
+    for info in infos:
+        key, name = str(info.path), label(info, root)
+        try:
+            run = cache.get(key)
+            if run is None:
+                cache[key] = run = load_run(info.path)
+            else:
+                run.refresh()
+        except FileNotFoundError:
+            cache.pop(key, None)
+            if notify:
+                st.warning(f"Run `{name}` was deleted or moved while open; it is no longer shown.",
+                           icon=":material/folder_off:")
+            continue
+        except (OSError, ValueError) as err:
+            cache.pop(key, None)
+            if notify:
+                st.warning(f"Run `{name}` cannot be read right now: {err}", icon=":material/error:")
+            continue
+        if run.skipped_lines and notify:
+            st.warning(f"Run `{name}`: skipped {run.skipped_lines} corrupt line(s) in its streams.", icon=":material/warning:")
+        runs[name] = run
+    return runs
+
+
+def trains(runs: Mapping[str, Run], *, notify: bool = True) -> dict[str, pd.DataFrame]:
+    """The non-empty train streams by run label; runs without steps yet get one info line."""
+    out, empty = {}, []
+    for name, run in runs.items():
+        train = run.streams.get("train")
+        if train is None or train.empty or "step" not in train.columns:
+            empty.append(name)
+        else:
+            out[name] = train
+    if empty and notify:
+        st.info(f"No steps logged yet in: {', '.join(f'`{n}`' for n in empty)}.", icon=":material/hourglass_empty:")
+    return out
+
+
+def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
+    """One row per run for the Runs page (and its CSV)."""
+    now = time.time()
+    rows = []
+    for info in infos:
+        row = {"run": label(info, root), "state": info.state,
+               "kind": info.kind, "step": info.step}
+        row.update({key: config_value(info.config, key) for key in CONFIG_KEYS})
+        row["created"] = pd.to_datetime(info.created, unit="s") if info.created else None
+        row["heartbeat_age_s"] = round(now - info.heartbeat, 1) if info.heartbeat else None
+        row["message"] = info.message
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def download(data: pd.DataFrame, file_name: str, key: str) -> None:
+    """A CSV download of a chart's data (full resolution, not the thinned points on screen)."""
+    st.download_button("CSV", data.to_csv(index=False), file_name=file_name, mime="text/csv", key=key,
+                       on_click="ignore", icon=":material/download:", help="Download this chart's data")
+
+
+def badge(state_name: str) -> str:
+    """A run state as a coloured Markdown badge."""
+    return f":{STATE_COLORS.get(state_name, 'gray')}-badge[{state_name}]"

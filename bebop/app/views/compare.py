@@ -1,0 +1,69 @@
+"""Compare: the paper's comparisons side by side for the selected runs (TO vs RS, CE vs e2e TV, frozen vs online)."""
+
+import pandas as pd
+import streamlit as st
+
+from bebop import metrics, plots
+from bebop.app import state
+
+root, infos, chosen, message = state.selected()
+st.title("Compare")
+if len(chosen) < 1:
+    st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
+    st.stop()
+names = [state.label(info, root) for info in chosen]
+colors = plots.run_colors(names)
+trains = state.trains(state.load_runs(chosen, root))
+if not trains:
+    st.stop()
+
+rows = []
+for info in chosen:
+    name = state.label(info, root)
+    train = trains.get(name)
+    row = {"run": name, **{key: state.config_value(info.config, key) for key in state.CONFIG_KEYS}}
+    if train is not None:
+        tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
+        row["steps"] = len(train)
+        if "spec/num_drafts" in train.columns:
+            row["accept_length"] = metrics.derive(metrics.pool(train.to_dict("records")))[plots.ACCEPT_LENGTH]
+        for column, short in (("critic/score/mean", "final_reward"), ("actor/entropy", "final_entropy"),
+                              ("timing_s/step", "final_step_s")):
+            if column in tail.columns:
+                row[short] = float(tail[column].mean())
+    rows.append(row)
+summary = pd.DataFrame(rows)
+points = plots.entropy_points(trains)
+summary = summary.merge(plots.entropy_fits(points)[["run", "slope", "r2"]], on="run", how="left")
+st.subheader("Summary")
+st.dataframe(summary, hide_index=True, width="stretch",
+             column_config={"slope": st.column_config.NumberColumn("slope (per nat)", format="%+.3f"),
+                            "r2": st.column_config.NumberColumn("R²", format="%.3f"),
+                            "accept_length": st.column_config.NumberColumn("accept length", format="%.3f")})
+state.download(summary, "compare_summary.csv", key="dl_compare_summary")
+
+left, right = st.columns(2)
+with left:
+    if points.empty:
+        st.info("None of these runs used MTP rollouts, so there is no acceptance to compare.")
+    else:
+        st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors), key="compare_entropy_law")
+        state.download(points, "compare_acceptance_vs_entropy.csv", key="dl_compare_entropy_law")
+with right:
+    table = plots.positions(trains)
+    if not table.empty:
+        st.plotly_chart(plots.positions_figure(table, colors=colors), key="compare_positions")
+        state.download(table, "compare_positions.csv", key="dl_compare_positions")
+
+st.subheader("Where the change in acceptance comes from (Eq. 16)")
+fit_fraction = st.slider("Early phase used to fit the entropy slope b", 0.1, 0.5, 0.2, 0.05, key="compare_fit",
+                         format="%.2f", help="fraction of the run's steps")
+decomposition = plots.decomposition_data(trains, fit_fraction=fit_fraction)
+if decomposition.empty:
+    st.info("The decomposition needs MTP runs with enough steps (at least 3 in the fitting window).")
+else:
+    st.plotly_chart(plots.decomposition_figure(decomposition), key="compare_decomposition")
+    state.download(decomposition, "compare_decomposition.csv", key="dl_compare_decomposition")
+    st.caption("Δ accept length since the first steps = b·(H_t − H_0) (entropy part) + the rest (mismatch part), "
+               "with b fitted on the early phase. A flat TV head shows little of either; an online CE update "
+               "shows up as mismatch.")

@@ -1,0 +1,127 @@
+"""Live: the selected runs as they train, each panel redrawing itself every few seconds.
+
+Each panel is its own `st.fragment(run_every=...)`, so a redraw touches only that panel, and reads only
+the bytes appended to the run's streams since the previous redraw (the `Run`s live in the session).
+"""
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from bebop import metrics, plots
+from bebop.app import state
+
+root, infos, chosen, message = state.selected()
+st.title("Live")
+if not chosen:
+    st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
+    st.stop()
+
+c1, c2, c3, c4, c5 = st.columns([0.8, 1, 2, 1.6, 2], vertical_alignment="bottom")
+paused = c1.toggle("Pause", key="live_paused", help="stop refreshing (zoom and hover stay)")
+every = c2.selectbox("Refresh every", (2, 5, 10, 30, 60), index=1, format_func=lambda s: f"{s} s", key="live_every")
+x = c3.segmented_control("x-axis", list(plots.X_AXES), default="step", key="live_x",
+                         format_func=str.capitalize) or "step"
+smoothing = c4.slider("Smoothing", 0.0, 0.95, 0.6, 0.05, key="live_smoothing", help="EMA weight; raw trace stays faint")
+by = c5.segmented_control("Entropy-law points", ("step", "bin"), default="step", key="live_by",
+                          format_func={"step": "per RL step", "bin": "per entropy bin"}.get) or "step"
+run_every = None if paused else every
+st.caption(f"{len(chosen)} run(s) · " + ("paused" if paused else f"refreshing every {every} s"))
+colors = plots.run_colors(state.label(info, root) for info in chosen)
+
+
+def recent(train, rows: int = 10) -> dict:
+    """Pooled rates over the last `rows` steps: what the run does now, not on average."""
+    tail = train.tail(rows)
+    return metrics.derive(metrics.pool(tail.to_dict("records"))) if "spec/num_drafts" in tail.columns else {}
+
+
+@st.fragment(run_every=run_every)
+def headline() -> None:
+    runs = state.load_runs(chosen, root)
+    trains = state.trains(runs)
+    now = time.time()
+    rows = []
+    for name, run in runs.items():
+        train = trains.get(name, pd.DataFrame())
+        last = train.iloc[-1] if len(train) else pd.Series(dtype=object)
+        heartbeat = run.status.get("heartbeat")
+        rows.append({
+            "run": name, "state": run.state, "step": last.get("step"),
+            "accept length (last 10)": recent(train).get(plots.ACCEPT_LENGTH) if len(train) else None,
+            "policy entropy": last.get("actor/entropy"), "reward": last.get("critic/score/mean"),
+            "s / step": last.get("timing_s/step"),
+            "heartbeat": f"{now - heartbeat:.0f} s ago"
+            if isinstance(heartbeat, (int, float)) and run.state in ("running", "stale") else "",
+        })
+    fmt = {c: st.column_config.NumberColumn(format="%.3f") for c in ("policy entropy", "reward")}
+    fmt["accept length (last 10)"] = st.column_config.NumberColumn(format="%.2f", help="pooled over the last 10 steps")
+    fmt["s / step"] = st.column_config.NumberColumn(format="%.2f")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config=fmt)
+
+
+@st.fragment(run_every=run_every)
+def entropy_law() -> None:
+    trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
+    points = plots.entropy_points(trains, by=by)
+    if points.empty:
+        st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
+        return
+    y_title = "accept length (tokens / verify step)" if by == "step" else "acceptance rate of drafts in bin"
+    st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
+    fits = plots.entropy_fits(points)
+    left, right = st.columns([4, 1])
+    left.dataframe(fits, hide_index=True, width="stretch",
+                   column_config={"slope": st.column_config.NumberColumn("slope (per nat)", format="%+.3f"),
+                                  "r2": st.column_config.NumberColumn("R²", format="%.3f")})
+    with right:
+        state.download(points, "acceptance_vs_entropy.csv", key="dl_live_entropy_law")
+
+
+@st.fragment(run_every=run_every)
+def acceptance() -> None:
+    trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
+    left, right = st.columns(2)
+    data = plots.over_time(trains, [plots.ACCEPT_LENGTH], x=x)
+    with left:
+        if data.empty:
+            st.info("No accept length yet (runs without MTP have none).")
+        else:
+            st.plotly_chart(plots.lines(data, [plots.ACCEPT_LENGTH], title="Accept length", x=x, smoothing=smoothing,
+                                        y_title="tokens / verify step", colors=colors), key="live_accept_length")
+            state.download(data, "accept_length.csv", key="dl_live_accept_length")
+    gammas = [int(t["spec/gamma"].dropna().max()) for t in trains.values() if "spec/gamma" in t.columns]
+    columns = [f"spec/acceptance_rate_pos/{i}" for i in range(min(gammas, default=0))]
+    data = plots.over_time(trains, columns, x=x) if columns else data.iloc[0:0]
+    with right:
+        if data.empty:
+            st.info("No per-position acceptance yet.")
+        else:
+            labels = {c: f"pos {int(c.rsplit('/', 1)[1]) + 1}" for c in columns}
+            st.plotly_chart(plots.lines(data, columns, title="Acceptance per draft position", x=x, smoothing=smoothing,
+                                        y_title="accepted at i / drafts", colors=colors, labels=labels),
+                            key="live_positions")
+            state.download(data, "acceptance_per_position.csv", key="dl_live_positions")
+
+
+@st.fragment(run_every=run_every)
+def policy() -> None:
+    trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
+    panels = (("actor/entropy", "Policy entropy", "H(p) (nats)"), ("critic/score/mean", "Reward", "mean task reward"))
+    for col, (column, title, y_title) in zip(st.columns(2), panels):
+        data = plots.over_time(trains, [column], x=x)
+        with col:
+            if data.empty:
+                st.info(f"No `{column}` logged yet.")
+                continue
+            st.plotly_chart(plots.lines(data, [column], title=title, x=x, smoothing=smoothing, y_title=y_title,
+                                        colors=colors), key=f"live_{column}")
+            state.download(data, f"{column.replace('/', '_')}.csv", key=f"dl_live_{column}")
+
+
+headline()
+st.divider()
+entropy_law()
+acceptance()
+policy()

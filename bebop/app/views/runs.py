@@ -1,0 +1,37 @@
+"""Runs: every run under the root with its state, what it is (task, rollout, MTP loss and strategy), and its config."""
+
+import streamlit as st
+
+from bebop.app import state
+
+root, infos, chosen, message = state.selected()
+st.title("Runs")
+st.caption(f"Runs root: `{root}`")
+if message:
+    st.info(message, icon=":material/info:")
+    st.stop()
+
+table = state.runs_table(infos, root)
+counts = table["state"].value_counts()
+cols = st.columns(4)
+for col, name in zip(cols, ("running", "finished", "failed", "stale")):
+    col.metric(name, int(counts.get(name, 0)), border=True)
+
+st.dataframe(
+    table, hide_index=True, width="stretch",
+    column_config={
+        "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm"),
+        "heartbeat_age_s": st.column_config.NumberColumn("heartbeat age", format="%.0f s",
+                                                         help="seconds since the run last wrote status.json"),
+        "step": st.column_config.NumberColumn("last step"),
+    },
+)
+state.download(table, "runs.csv", key="dl-runs")
+
+st.subheader("Configs")
+for info in infos:
+    name = state.label(info, root)
+    with st.expander(f"{name} · {info.kind} · {state.badge(info.state)}"):
+        if info.message:
+            (st.error if info.state == "failed" else st.caption)(info.message)
+        st.json(info.config, expanded=2)

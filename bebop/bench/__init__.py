@@ -1,0 +1,1 @@
+"""Benchmarks behind `bebop bench ...`: each module has `add_arguments(parser)` and `run(args)`."""

@@ -1,0 +1,194 @@
+"""`bebop bench engine`: tokens/s of plain, TO and RS decoding against Hugging Face `generate()`, in one process.
+
+For each model and batch size it measures, side by side:
+  * bebop plain decoding (gamma = 0), TO and RS at each gamma, all through the same engine loop;
+  * Hugging Face `generate()` on the same checkpoint (saved by bebop, loaded by transformers), plain sampling,
+    and assisted (speculative) generation at batch 1, the only batch size it supports, with a one-layer draft
+    model that computes the same distribution as bebop's draft head;
+  * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
+    step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
+    to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
+
+The draft head is the self-draft head of `bebop.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
+E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
+at temperature 1 with no top-k/top-p and a fixed number of new tokens (no stop tokens), so every engine does the
+same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from bebop.device import resolve_dtype
+from bebop.engine import Engine
+from bebop.metrics import theoretical_speedup
+from bebop.model import ModelConfig, save_pretrained
+from bebop.rollout import GenerationConfig
+from bebop.selfdraft import self_draft_pair
+
+MODELS = {"tiny": lambda: ModelConfig.tiny(), "small": lambda: ModelConfig.small()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=sorted(MODELS))
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny model)")
+    parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per cell (median reported)")
+    parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines")
+    parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
+
+
+def _median_time(fn, repeats: int) -> tuple[float, object]:
+    fn()  # warm-up: allocator, oneDNN primitive caches
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+@torch.inference_mode()
+def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int = 20) -> dict[str, float]:
+    """Seconds for a one-token target forward, a (γ+1)-token target forward and one head step, at `context`."""
+    cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
+    cache.lengths.fill_(context)
+    draft_cache.lengths.fill_(context)
+    one = torch.zeros(batch, 1, dtype=torch.long, device=cache.device)
+    many = torch.zeros(batch, gamma + 1, dtype=torch.long, device=cache.device)
+    hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
+    kv = context + gamma + 1
+
+    def head_step():
+        _, out = head.forward_cached(model, hidden, one, draft_cache, kv_len=kv, compute_logits=False)
+        return head.logits(model, out)
+
+    return {
+        "target_1": _median_time(lambda: model(one, cache, kv_len=kv), repeats)[0],
+        "target_verify": _median_time(lambda: model(many, cache, kv_len=kv), repeats)[0],
+        "draft_step": _median_time(head_step, repeats)[0],
+    }
+
+
+def _hf_models(model, dtype, device, workdir: Path):
+    from transformers import AutoModelForCausalLM
+
+    save_pretrained(model, workdir / "target")
+    target = AutoModelForCausalLM.from_pretrained(workdir / "target", dtype=dtype).to(device).eval()
+    # The assistant: the target's embedding, final norm and head with one (zeroed-residual) layer, i.e. the same
+    # next-token distribution as the self-draft head, at the cost of one decoder layer.
+    one_layer = replace(model.config, num_hidden_layers=1)
+    from bebop.model import Transformer
+
+    draft = Transformer(one_layer).to(dtype)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("model.layers.")}
+    state.update({k: v for k, v in model.state_dict().items() if k.startswith("model.layers.0.")})
+    draft.load_state_dict(state)
+    save_pretrained(draft, workdir / "assistant")
+    assistant = AutoModelForCausalLM.from_pretrained(workdir / "assistant", dtype=dtype).to(device).eval()
+    return target, assistant
+
+
+def _hf_generate(target, prompts: torch.Tensor, new_tokens: int, assistant=None):
+    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                  min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
+    if assistant is not None:
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
+    with torch.inference_mode():
+        return target.generate(prompts, attention_mask=torch.ones_like(prompts), **kwargs)
+
+
+def bench_model(name: str, args) -> list[dict]:
+    config = MODELS[name]()
+    device = torch.device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    model, head = (m.to(device=device, dtype=dtype) for m in self_draft_pair(config, seed=0))
+    engine = Engine(model, head)
+    new_tokens = args.new_tokens if name == "tiny" else args.small_new_tokens
+    generator = torch.Generator().manual_seed(0)
+    records = []
+    hf = None if args.no_hf else _hf_models(model, dtype, device, Path(tempfile.mkdtemp(prefix="bebop-bench-")))
+    for batch in args.batch:
+        prompts = torch.randint(1, config.vocab_size, (batch, args.prompt_len), generator=generator)
+        prompt_lists = prompts.tolist()
+        base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
+
+        def run(gamma, method):
+            gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1)
+            return _median_time(lambda: engine.generate(prompt_lists, gen_config), args.repeats)
+
+        plain_s, _ = run(0, "rs")
+        plain_tps = batch * new_tokens / plain_s
+        records.append({**base, "engine": "bebop", "mode": "plain", "gamma": 0, "tokens_per_s": plain_tps})
+        for gamma in args.gamma:
+            costs = step_costs(model, head, batch, gamma, args.prompt_len + new_tokens // 2)
+            for method in ("to", "rs"):
+                seconds, rollout = run(gamma, method)
+                alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
+                alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
+                theory = theoretical_speedup(alphas, gamma, draft_cost=costs["draft_step"] / costs["target_1"],
+                                             verify_cost=costs["target_verify"] / costs["target_1"])
+                tps = batch * new_tokens / seconds
+                records.append({**base, "engine": "bebop", "mode": method, "gamma": gamma, "tokens_per_s": tps,
+                                "acceptance_rate": rollout.stats["spec/acceptance_rate"],
+                                "accept_length": rollout.stats["spec/accept_length"],
+                                "speedup": tps / plain_tps, "theoretical_speedup": theory,
+                                "verify_cost": costs["target_verify"] / costs["target_1"],
+                                "draft_cost": costs["draft_step"] / costs["target_1"]})
+        if hf is not None:
+            target, assistant = hf
+            hf_s, _ = _median_time(lambda: _hf_generate(target, prompts.to(device), new_tokens), args.repeats)
+            hf_tps = batch * new_tokens / hf_s
+            records.append({**base, "engine": "hf", "mode": "plain", "gamma": 0, "tokens_per_s": hf_tps,
+                            "bebop_plain_over_hf": plain_tps / hf_tps})
+            if batch == 1:
+                hf_s, _ = _median_time(lambda: _hf_generate(target, prompts.to(device), new_tokens, assistant),
+                                       args.repeats)
+                records.append({**base, "engine": "hf", "mode": "assisted", "gamma": 3,
+                                "tokens_per_s": batch * new_tokens / hf_s, "speedup": (batch * new_tokens / hf_s) / hf_tps})
+    return records
+
+
+def print_table(records: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="bebop bench engine (tokens/s; speedup over bebop plain at the same batch)")
+    for column in ("model", "batch", "engine", "mode", "γ", "tokens/s", "accept", "speedup", "theory", "meas/theory"):
+        table.add_column(column, justify="right")
+    fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
+    for r in records:
+        ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
+        table.add_row(r["model"], str(r["batch"]), r["engine"], r["mode"], str(r["gamma"]), fmt(r["tokens_per_s"], ".0f"),
+                      fmt(r.get("acceptance_rate")), fmt(r.get("speedup")), fmt(r.get("theoretical_speedup")), fmt(ratio))
+    Console().print(table)
+    for r in records:
+        if "bebop_plain_over_hf" in r:
+            print(f"{r['model']} batch {r['batch']}: bebop plain / HF generate() = {r['bebop_plain_over_hf']:.2f}x")
+
+
+def run(args) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    records = []
+    for name in args.models:
+        records += bench_model(name, args)
+    print_table(records)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+        print(f"wrote {len(records)} records to {args.json}")
+    return 0

@@ -1,0 +1,56 @@
+"""`bebop` command line. Subcommands import their modules lazily so `bebop --help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, help). Each module exposes add_arguments(parser) and run(args) -> int | None.
+COMMANDS = {
+    "demo": ("bebop.demo", "the README's main job: a short end-to-end demonstration"),
+}
+BENCHMARKS = {
+    "losses": ("bebop.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
+    "engine": ("bebop.bench.engine", "tokens/s of plain, TO and RS decoding against Hugging Face generate()"),
+}
+
+
+def _add(subparsers, name: str, module: str, help_text: str) -> None:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    mod = importlib.import_module(module)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bebop", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    wanted = argv[0] if argv else None
+    for name, (module, help_text) in COMMANDS.items():
+        if wanted == name:
+            _add(sub, name, module, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
+    bench = sub.add_parser("bench", help="benchmarks that print ratios measured side by side in one run")
+    bench_sub = bench.add_subparsers(dest="benchmark", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        if wanted == "bench" and len(argv) > 1 and argv[1] == name:
+            _add(bench_sub, name, module, help_text)
+        else:
+            bench_sub.add_parser(name, help=help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except (ValueError, FileNotFoundError, PermissionError) as err:
+        print(f"bebop: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

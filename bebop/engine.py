@@ -1,0 +1,291 @@
+"""Batched plain and speculative generation with an MTP draft head.
+
+One loop serves plain decoding (gamma = 0) and speculative decoding, so comparisons are fair.
+Per speculative step, for every active row at once:
+
+  1. draft    gamma tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy")
+  2. verify   one target forward over [pending token, drafts] (gamma + 1 positions), then `bebop.verify`
+  3. sync     ONE device->host transfer: accepted counts, emitted tokens, their log-probs and entropies
+  4. retire   rows that hit a stop token or their budget leave the batch (the long tail shrinks it)
+  5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
+              accepted tokens; the same forward yields the next step-1 draft
+
+State between steps: the target cache holds positions 0..L-1 of a row, `pending` is the token at L (sampled,
+not yet in the cache), and the head's cache is valid up to L-1, where its last entry is the step-1 draft query
+f(h_{L-1}, y_L). Stale cache slots past a row's length are overwritten later, never read.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from bebop.metrics import SpecCounters, derive, entropy
+from bebop.rollout import GenerationConfig, Rollout
+from bebop.sampling import probs_from_logits, sample
+from bebop.verify import verify
+
+
+@dataclass
+class _Batch:
+    """The active rows of a generation and their device state."""
+
+    rows: list[int]  # original prompt index of each active row
+    lengths: list[int]  # host copy of the target cache length per row (bounds checks without a sync)
+    pending: torch.Tensor  # [B] the token at position `lengths`, not yet in the target cache
+    cache: object
+    draft_cache: object | None = None
+    draft_logits: torch.Tensor | None = None  # [B, V] the head's step-1 logits for the next draft
+    draft_hidden: torch.Tensor | None = None  # [B, 1, d] the head's step-1 output hidden
+
+    def keep(self, keep: list[int]) -> None:
+        index = torch.tensor(keep, dtype=torch.long, device=self.pending.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.lengths = [self.lengths[i] for i in keep]
+        self.pending = self.pending[index]
+        self.cache.keep(index)
+        if self.draft_cache is not None:
+            self.draft_cache.keep(index)
+            self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
+
+
+class _Outputs:
+    """Host-side per-prompt results, appended once per step."""
+
+    def __init__(self, n: int, config: GenerationConfig):
+        self.config = config
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.logprobs: list[list[float]] = [[] for _ in range(n)]
+        self.entropy: list[list[float]] = [[] for _ in range(n)]
+        self.origin: list[list[str]] = [[] for _ in range(n)]
+        self.finish: list[str] = ["length"] * n
+
+    def append(self, row: int, tokens: list[int], logprobs: list[float], ents: list[float], origins: list[str]) -> bool:
+        """Append one step's emitted tokens to prompt `row`; True when the row is finished."""
+        stops, budget = self.config.stop_tokens, self.config.max_new_tokens - len(self.tokens[row])
+        take, reason = min(len(tokens), budget), None
+        for j in range(take):
+            if tokens[j] in stops:
+                take, reason = j + 1, "stop"
+                break
+        self.tokens[row] += tokens[:take]
+        self.logprobs[row] += logprobs[:take]
+        self.entropy[row] += ents[:take]
+        self.origin[row] += origins[:take]
+        if reason is None and len(self.tokens[row]) >= self.config.max_new_tokens:
+            reason = "length"
+        if reason is not None:
+            self.finish[row] = reason
+        return reason is not None
+
+
+class Engine:
+    """Generation for a target `model` with an optional MTP draft head `mtp`."""
+
+    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None):
+        self.model, self.mtp = model, mtp
+        self.config = model.config
+        if mtp is not None:
+            for name in ("hidden_size", "vocab_size"):
+                got, want = getattr(mtp.config, name), getattr(self.config, name)
+                if got != want:
+                    raise ValueError(f"MTP head {name}={got} does not match the policy's {name}={want}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], config: GenerationConfig) -> Rollout:
+        self._check(prompts, config)
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(config.seed if config.seed is not None else int(torch.seed()))
+        counters = SpecCounters(gamma=max(config.gamma, 1), method=config.method if config.gamma else "plain")
+        timing = {"draft": 0.0, "verify": 0.0, "advance": 0.0}
+        out = _Outputs(len(prompts), config)
+        start = time.perf_counter()
+        batch = self._prefill(prompts, config, generator, out)
+        timing["prefill"] = time.perf_counter() - start
+        steps = 0
+        while batch.rows:
+            steps += 1
+            self._step(batch, config, generator, out, counters, timing)
+        wall = time.perf_counter() - start
+        stats = self._stats(out, counters, timing, wall, steps, config)
+        return Rollout(out.tokens, out.logprobs, out.entropy, out.origin, out.finish, stats)
+
+    # ----------------------------------------------------------------------------------------------
+    def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
+        if not prompts:
+            raise ValueError("prompts is empty: pass at least one prompt")
+        vocab = self.config.vocab_size
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
+            bad = [t for t in prompt if not 0 <= int(t) < vocab]
+            if bad:
+                raise ValueError(f"prompts[{i}] has token ids out of range [0, {vocab}): {bad[:5]}")
+        if any(not 0 <= t < vocab for t in config.stop_tokens):
+            raise ValueError(f"stop_tokens has ids out of range [0, {vocab}): {config.stop_tokens}")
+        need = max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1
+        if need > self.config.max_position_embeddings:
+            raise ValueError(
+                f"longest prompt + max_new_tokens + gamma + 1 = {need} exceeds the model's "
+                f"max_position_embeddings={self.config.max_position_embeddings}"
+            )
+        if config.gamma > 0 and self.mtp is None:
+            raise ValueError(f"method {config.method!r} with gamma={config.gamma} needs an MTP head; "
+                             "pass Engine(model, mtp) or use gamma=0 for plain decoding")
+        depth = getattr(self.mtp, "trained_depth", None)
+        if config.gamma > 0 and depth is not None and config.gamma > depth:
+            warnings.warn(f"gamma={config.gamma} exceeds the head's trained depth {depth}: "
+                          "acceptance at the extra positions is untrained", stacklevel=3)
+
+    def _probs(self, logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
+        return probs_from_logits(logits, config.temperature, config.top_k, config.top_p)
+
+    def _sync(self, config: GenerationConfig) -> None:
+        if config.profile and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _prefill(self, prompts, config, generator, out: _Outputs) -> _Batch:
+        n, device = len(prompts), self.device
+        lengths = [len(p) for p in prompts]
+        max_len = max(lengths) + config.max_new_tokens + config.gamma + 1
+        tokens = torch.zeros(n, max(lengths), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            tokens[i, : len(p)] = torch.as_tensor(p, dtype=torch.long)
+        tokens = tokens.to(device)
+        last = torch.tensor(lengths, device=device) - 1  # [B]
+        cache = self.model.new_cache(n, max_len)
+        _, hidden = self.model(tokens, cache, kv_len=max(lengths), compute_logits=False)  # [B, S, d]
+        rows = torch.arange(n, device=device)
+        target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [B, V]
+        first = sample(target_probs, generator)  # [B]
+        cache.lengths.copy_(last + 1)
+        batch = _Batch(list(range(n)), lengths, first, cache)
+        if config.gamma > 0:
+            # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
+            next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)
+            next_tokens[rows, last] = first
+            batch.draft_cache = self.mtp.new_cache(n, max_len)
+            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, next_tokens, batch.draft_cache,
+                                                      kv_len=max(lengths), compute_logits=False)
+            batch.draft_hidden = draft_hidden[rows, last][:, None]  # [B, 1, d]
+            batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]
+            batch.draft_cache.lengths.copy_(last + 1)
+        logp = target_probs.gather(-1, first[:, None])[:, 0].log()
+        ent = entropy(target_probs)
+        host = torch.stack([first.double(), logp.double(), ent.double()], 1).tolist()  # HOST SYNC (prefill)
+        keep = [i for i, (tok, lp, h) in enumerate(host) if not out.append(i, [int(tok)], [lp], [h], ["plain"])]
+        if len(keep) < n:
+            batch.keep(keep)
+        return batch
+
+    def _draft(self, batch: _Batch, config: GenerationConfig, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """gamma draft tokens [B, γ] and, for "rs", their draft distributions [B, γ, V]."""
+        logits, hidden, cache = batch.draft_logits, batch.draft_hidden, batch.draft_cache
+        kv_len = max(batch.lengths) + config.gamma
+        tokens, probs = [], []
+        for k in range(config.gamma):
+            draft_probs = self._probs(logits, config)  # [B, V]
+            token = sample(draft_probs, generator) if config.method == "rs" else draft_probs.argmax(-1)
+            tokens.append(token)
+            probs.append(draft_probs)
+            if k + 1 < config.gamma:
+                # Step k+2 sits at position L + k: one past the previous draft query.
+                _, hidden = self.mtp.forward_cached(self.model, hidden, token[:, None], cache,
+                                                    kv_len=kv_len, compute_logits=False)
+                logits = self.mtp.logits(self.model, hidden)[:, 0]
+                cache.lengths += 1
+        cache.lengths -= config.gamma - 1
+        draft_probs = torch.stack(probs, 1) if config.method == "rs" else None
+        return torch.stack(tokens, 1), draft_probs
+
+    def _step(self, batch: _Batch, config, generator, out: _Outputs, counters: SpecCounters, timing) -> None:
+        gamma, device = config.gamma, self.device
+        t0 = time.perf_counter()
+        # 1. draft
+        if gamma > 0:
+            draft_tokens, draft_probs = self._draft(batch, config, generator)  # [B, γ], [B, γ, V] | None
+        else:
+            draft_tokens = torch.empty(len(batch.rows), 0, dtype=torch.long, device=device)
+        self._sync(config)
+        t1 = time.perf_counter()
+        # 2. verify: one target forward over the pending token and the drafts
+        tokens = torch.cat([batch.pending[:, None], draft_tokens], 1)  # [B, γ+1]
+        logits, hidden = self.model(tokens, batch.cache, kv_len=max(batch.lengths) + gamma + 1)
+        target_probs = self._probs(logits, config)  # [B, γ+1, V]
+        if gamma > 0:
+            verdict = verify(draft_tokens, target_probs, draft_probs, method=config.method,
+                             generator=generator, validate=False)
+            num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]
+        else:
+            num_accepted = torch.zeros(len(batch.rows), dtype=torch.long, device=device)
+            next_token = sample(target_probs[:, 0], generator)
+        position = torch.arange(gamma + 1, device=device)  # [γ+1]
+        padded = torch.cat([draft_tokens, next_token[:, None]], 1)  # [B, γ+1]
+        emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
+        logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
+        ent = entropy(target_probs)  # [B, γ+1]
+        if gamma > 0:
+            counters.update(num_accepted, ent[:, :gamma], validate=False)
+        self._sync(config)
+        t2 = time.perf_counter()
+        # 3. sync: HOST SYNC (the one per step)
+        host = torch.cat([num_accepted[:, None].double(), emitted.double(), logp.double(), ent.double()], 1).tolist()
+        # 4. retire finished rows
+        keep = []
+        for i, row in enumerate(host):
+            n = int(row[0])
+            toks = [int(t) for t in row[1 : n + 2]]
+            origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
+            lp, h = row[gamma + 2 : gamma + 3 + n], row[2 * gamma + 3 : 2 * gamma + 4 + n]
+            if not out.append(batch.rows[i], toks, lp, h, origins):
+                keep.append(i)
+        # 5. advance the survivors
+        if len(keep) < len(batch.rows):
+            index = torch.tensor(keep, dtype=torch.long, device=device)
+            num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted, hidden))
+            batch.keep(keep)
+        if batch.rows:
+            self._advance(batch, num_accepted, next_token, emitted, hidden, host, keep, config)
+        self._sync(config)
+        t3 = time.perf_counter()
+        timing["draft"] += t1 - t0
+        timing["verify"] += t2 - t1
+        timing["advance"] += t3 - t2
+
+    def _advance(self, batch: _Batch, num_accepted, next_token, emitted, hidden, host, keep, config) -> None:
+        kv_len = max(batch.lengths) + config.gamma + 1
+        batch.lengths = [length + int(host[i][0]) + 1 for length, i in zip(batch.lengths, keep)]
+        if config.gamma > 0:
+            # Catch the head up: entry L+i pairs the target's h_{L+i} with emitted token i; the entry at the
+            # row's accepted count is the next step-1 draft query. Later entries are stale, overwritten later.
+            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, emitted, batch.draft_cache,
+                                                      kv_len=kv_len, compute_logits=False)  # [B, γ+1, d]
+            rows = torch.arange(len(batch.rows), device=self.device)
+            batch.draft_hidden = draft_hidden[rows, num_accepted][:, None]  # [B, 1, d]
+            batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]
+            batch.draft_cache.lengths += num_accepted + 1
+        batch.cache.lengths += num_accepted + 1
+        batch.pending = next_token
+
+    def _stats(self, out: _Outputs, counters: SpecCounters, timing, wall: float, steps: int, config) -> dict:
+        generated = sum(len(t) for t in out.tokens)
+        stats = {
+            "num_prompts": len(out.tokens),
+            "num_generated_tokens": generated,
+            "num_steps": steps,
+            "wall_time_s": wall,
+            "tokens_per_s": generated / wall if wall > 0 else 0.0,
+            **{f"timing_s/{k}": v for k, v in timing.items()},
+        }
+        if config.gamma > 0:
+            counts = counters.to_dict()
+            stats.update(counts)
+            stats.update(derive(counts))
+        return stats

@@ -1,0 +1,92 @@
+"""A KV cache in which every row of the batch has its own length.
+
+Speculative decoding advances each row by its own accepted count after verification, so the rows of a
+batch drift apart. The cache keeps one preallocated buffer per layer and a `lengths` vector on the device:
+
+    k[layer]: [B, Hkv, max_len, D]     v[layer]: same     lengths: [B] long
+
+Row b holds valid entries in slots 0..lengths[b]-1. A cached forward over S new tokens writes them at
+slots lengths[b] + s and attends to slots <= lengths[b] + s, but does NOT move `lengths`: the caller
+advances each row by what it kept (`advance`, or `lengths += n`). Slots past a row's length are stale
+(a rejected draft, a padded prompt position) and are simply overwritten by a later write; a query never
+reads them, because attention is masked by position.
+
+Bounds are the caller's job. Checking `lengths + S <= max_len` on the device would force a host sync every
+step, so the engine keeps a host copy of each row's length and checks it against `max_len` before each step.
+A write past `max_len` is never silent: the scatter raises an index error (CPU) or a device assert (CUDA).
+
+Buffers start at zero rather than uninitialised memory: a masked slot still enters the attention matmul
+(its probability is exactly 0), and 0 * NaN from garbage memory would poison the row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Per-layer K/V buffers [B, Hkv, max_len, D] plus a per-row length [B] on the device."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        batch: int,
+        num_kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
+        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                            ("max_len", max_len), ("head_dim", head_dim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"KVCache {name} must be a positive int, got {value!r}")
+        shape = (num_layers, batch, num_kv_heads, max_len, head_dim)
+        # One tensor for all layers, so keep() is one index_select instead of one per layer.
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, Hkv, max_len, D]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, Hkv, max_len, D]
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        self.max_len = max_len
+
+    @property
+    def num_layers(self) -> int:
+        return self.k.shape[0]
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.k.dtype
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views (k, v) of layer i, each [B, Hkv, max_len, D]; writes go into the cache."""
+        return self.k[i], self.v[i]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` (a [B'] long tensor of row indices), in that order: finished rows leave the batch."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        if rows.dim() != 1:
+            raise ValueError(f"rows must be a 1-D tensor of row indices, got shape {tuple(rows.shape)}")
+        self.k = self.k.index_select(1, rows)
+        self.v = self.v.index_select(1, rows)
+        self.lengths = self.lengths.index_select(0, rows)
+
+    def advance(self, n: torch.Tensor) -> None:
+        """Grow each row by its own count: lengths += n, n [B] long (device; no host sync)."""
+        if n.shape != self.lengths.shape:
+            raise ValueError(f"advance expects n of shape {tuple(self.lengths.shape)}, got {tuple(n.shape)}")
+        self.lengths += n.to(self.lengths.device, torch.long)
+
+    def reset(self) -> None:
+        """Empty every row (the buffers are reused; stale entries are overwritten by later writes)."""
+        self.lengths.zero_()
+
+    def positions(self, num_new: int) -> torch.Tensor:
+        """Absolute positions [B, num_new] of the next `num_new` tokens of each row: lengths[b] + s."""
+        return self.lengths[:, None] + torch.arange(num_new, device=self.device)

@@ -1,0 +1,450 @@
+"""Speculative-decoding metrics: counters, pooled rates, the entropy law and the speedup bound.
+
+Speculative runs are logged as *counters* (drafts, drafted tokens, accepted tokens, per position and per
+entropy bin) and rates are derived only when read. A ratio of sums is the only honest pooled rate: the mean
+of per-step ratios over-weights small steps (one row accepting 3/3 and three rows accepting 0/3 pool to
+0.25, not 0.5). The flat names follow vLLM (`spec/num_drafts`, ...) so its users read them as they expect.
+
+Per verify step with depth γ, a draft of row b reaches positions 0..min(n_b, γ-1) (every position up to and
+including the first rejection) and has positions 0..n_b-1 accepted, where n_b = num_accepted[b]. So
+    acceptance rate    = accepted / (drafts·γ)           accept length = 1 + accepted / drafts
+    acceptance_rate_pos/i = accepted at i / drafts       (vLLM; unconditional)
+    alpha_pos/i          = accepted at i / reached i     (PAPER α_i, conditional on the earlier steps)
+and since a draft reaches i exactly when it accepted i-1, `reached_per_pos` is derived, never stored.
+Entropy bins hold reached positions only: an unreached draft was never tested, so it says nothing about α.
+
+The rest is analysis on those numbers: H(p), the entropy-law fit α ≈ a + slope·H with a bootstrap interval,
+the Eq.-16 split of an acceptance trajectory into entropy and mismatch parts, the RS-vs-TO decision boundary
+d_TV(p, q) < 1 - p(argmax q), and the speedup bound (1 + Σ_j Π_{i≤j} α_i) / (verify + γ·draft cost).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+# Policy entropies during RL sit around 0.1-0.6 nats (PAPER §3), so the bins are fine there; the last bin
+# collects everything above 3 nats. Edges are in nats; bin k holds H in [edges[k], edges[k+1]).
+ENTROPY_BIN_EDGES: tuple[float, ...] = tuple(0.25 * k for k in range(13)) + (math.inf,)
+
+_COUNTER_KEY = re.compile(
+    r"spec/(num_drafts|num_draft_tokens|num_accepted_tokens|num_accepted_tokens_per_pos/\d+"
+    r"|by_entropy/\d+/(num_draft_tokens|num_accepted_tokens|entropy_sum))"
+)
+_BIN_KEY = re.compile(r"spec/by_entropy/(\d+)/num_draft_tokens")
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else math.nan
+
+
+# ---- Counters ------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class SpecCounters:
+    """Running speculative-decoding counters for one (γ, method), accumulated on the update's device.
+
+    `update` launches a few kernels and never waits on the device (unless `validate=True` checks values),
+    so it can sit in an engine's hot loop; each counter property costs one device->host transfer.
+    """
+
+    gamma: int
+    method: str = "rs"
+    entropy_bin_edges: tuple[float, ...] = ENTROPY_BIN_EDGES
+    # float64 is exact for counts below 2^53. Layout: [drafts, draft tokens, accepted_per_pos[γ],
+    # bin reached[nb], bin accepted[nb], bin entropy sum[nb]].
+    _totals: Tensor = field(init=False, repr=False)
+    _constants: dict = field(init=False, repr=False)  # (device, dtype) -> (inner bin edges, positions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ValueError(f"gamma must be an int >= 1, got {self.gamma!r}")
+        if not isinstance(self.method, str) or not self.method or "/" in self.method:
+            raise ValueError(f"method must be a non-empty name without '/', got {self.method!r}")
+        edges = tuple(float(e) for e in self.entropy_bin_edges)
+        increasing = all(a < b for a, b in zip(edges, edges[1:]))
+        if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != math.inf or not increasing:
+            raise ValueError(f"entropy_bin_edges must increase strictly from 0 to inf, got {edges}")
+        self.entropy_bin_edges = edges
+        self._totals = torch.zeros(2 + self.gamma + 3 * self.num_bins, dtype=torch.float64)
+        self._constants = {}
+
+    @property
+    def num_bins(self) -> int:
+        return len(self.entropy_bin_edges) - 1
+
+    def update(self, num_accepted: Tensor, draft_entropy: Tensor, *, validate: bool = True) -> None:
+        """Count one verify step. num_accepted [B] int in 0..γ; draft_entropy [B, γ] = H(p_i) at draft i.
+
+        validate=True checks values too (one host sync); shapes and dtypes are always checked.
+        """
+        g, nb = self.gamma, self.num_bins
+        if draft_entropy.dim() != 2 or draft_entropy.shape[1] != g or not draft_entropy.is_floating_point():
+            raise ValueError(f"draft_entropy must be a float [B, gamma={g}] tensor, got "
+                             f"{draft_entropy.dtype} {tuple(draft_entropy.shape)}")
+        integer = not num_accepted.is_floating_point() and num_accepted.dtype != torch.bool
+        if num_accepted.shape != draft_entropy.shape[:1] or not integer:
+            raise ValueError(f"num_accepted must be an integer [B={draft_entropy.shape[0]}] tensor, got "
+                             f"{num_accepted.dtype} {tuple(num_accepted.shape)}")
+        if validate:
+            bad_n = ((num_accepted < 0) | (num_accepted > g)).any().cpu()
+            bad_h = (~torch.isfinite(draft_entropy) | (draft_entropy < -1e-4)).any().cpu()
+            bad_n, bad_h = torch.stack([bad_n, bad_h]).tolist()  # one sync for both checks
+            if bad_n:
+                raise ValueError(f"num_accepted must lie in 0..gamma={g}, got {num_accepted.tolist()}")
+            if bad_h:
+                raise ValueError("draft_entropy must be finite and non-negative (nats)")
+        device, dtype = draft_entropy.device, torch.promote_types(draft_entropy.dtype, torch.float32)
+        if self._totals.device != device:
+            self._totals = self._totals.to(device)
+        if (device, dtype) not in self._constants:
+            inner = torch.tensor(self.entropy_bin_edges[1:-1], dtype=dtype, device=device)
+            self._constants[device, dtype] = inner, torch.arange(g, dtype=dtype, device=device)
+        inner_edges, position = self._constants[device, dtype]  # [nb-1], [γ]
+        # Float arithmetic instead of bool masks: fewer kernels, and per-step counts are exact in float32.
+        n = num_accepted.to(device=device, dtype=dtype)[:, None]  # [B, 1]
+        accepted = (n - position).clamp_(0, 1)  # [B, γ]  1 where i < n
+        reached = (n + 1 - position).clamp_(0, 1)  # [B, γ]  1 where i <= n: up to and including the rejection
+        h = draft_entropy.to(dtype)  # [B, γ]
+        bins = torch.bucketize(h, inner_edges, right=True)  # [B, γ] in 0..nb-1
+        source = torch.stack([reached, accepted, h * reached], -1).reshape(-1, 3)  # [B·γ, 3]
+        per_bin = torch.zeros(nb, 3, dtype=dtype, device=device).index_add_(0, bins.reshape(-1), source)  # [nb, 3]
+        drafts = reached[:, 0].sum(0, keepdim=True)  # [1]  every draft reaches position 0
+        self._totals += torch.cat([drafts, drafts * g, accepted.sum(0), per_bin.T.reshape(-1)])  # float64 totals
+
+    def _keys(self) -> list[str]:
+        """Counter names in the order of `_totals`: the one place that defines its layout."""
+        per_pos = [f"spec/num_accepted_tokens_per_pos/{i}" for i in range(self.gamma)]
+        names = ("num_draft_tokens", "num_accepted_tokens", "entropy_sum")
+        per_bin = [f"spec/by_entropy/{k}/{name}" for name in names for k in range(self.num_bins)]
+        return ["spec/num_drafts", "spec/num_draft_tokens", *per_pos, *per_bin]
+
+    def _column(self, pattern: str, n: int) -> list:
+        counts = self.to_dict()
+        return [counts[pattern.format(i)] for i in range(n)]
+
+    @property
+    def num_drafts(self) -> int:
+        return self.to_dict()["spec/num_drafts"]
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return self.to_dict()["spec/num_draft_tokens"]
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return self.to_dict()["spec/num_accepted_tokens"]
+
+    @property
+    def accepted_per_pos(self) -> list[int]:
+        return self._column("spec/num_accepted_tokens_per_pos/{}", self.gamma)
+
+    @property
+    def reached_per_pos(self) -> list[int]:
+        return [self.num_drafts, *self.accepted_per_pos[:-1]]
+
+    @property
+    def bin_num_draft_tokens(self) -> list[int]:
+        return self._column("spec/by_entropy/{}/num_draft_tokens", self.num_bins)
+
+    @property
+    def bin_num_accepted_tokens(self) -> list[int]:
+        return self._column("spec/by_entropy/{}/num_accepted_tokens", self.num_bins)
+
+    @property
+    def bin_entropy_sum(self) -> list[float]:
+        return self._column("spec/by_entropy/{}/entropy_sum", self.num_bins)
+
+    def merge(self, other: SpecCounters) -> SpecCounters:
+        """Add `other`'s counts into these (in place) and return self."""
+        if not isinstance(other, SpecCounters):
+            raise ValueError(f"can only merge SpecCounters, got {type(other).__name__}")
+        mine = (self.gamma, self.method, self.entropy_bin_edges)
+        theirs = (other.gamma, other.method, other.entropy_bin_edges)
+        if mine != theirs:
+            raise ValueError(f"cannot merge counters of different (gamma, method, bin edges): {mine} vs {theirs}")
+        self._totals += other._totals.to(self._totals.device)
+        return self
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        total = SpecCounters(self.gamma, self.method, self.entropy_bin_edges)
+        total._totals = self._totals.clone()
+        return total.merge(other)
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Flat counters under the DESIGN.md names; bins are indexed, their edges belong in the run's meta."""
+        g = self.gamma
+        out: dict[str, float | int | str] = {"spec/gamma": g, "spec/method": self.method}
+        for key, value in zip(self._keys(), self._totals.tolist()):
+            out[key] = value if key.endswith("entropy_sum") else round(value)
+        out["spec/num_accepted_tokens"] = sum(out[f"spec/num_accepted_tokens_per_pos/{i}"] for i in range(g))
+        return out
+
+    @classmethod
+    def from_dict(cls, counters: Mapping, *, entropy_bin_edges: Sequence[float] = ENTROPY_BIN_EDGES,
+                  ) -> SpecCounters:
+        """Rebuild counters from `to_dict` output (or a `pool` of many); every counter key must be present."""
+        for key in ("spec/gamma", "spec/method"):
+            if key not in counters:
+                raise ValueError(f"counters has no {key!r}")
+        out = cls(int(counters["spec/gamma"]), str(counters["spec/method"]), tuple(entropy_bin_edges))
+        keys = out._keys()
+        missing = [key for key in keys if key not in counters]
+        if missing:
+            raise ValueError(f"counters lacks {len(missing)} keys for gamma={out.gamma}, {out.num_bins} bins, "
+                             f"e.g. {missing[:3]}")
+        if f"spec/by_entropy/{out.num_bins}/num_draft_tokens" in counters:
+            raise ValueError(f"counters has more than {out.num_bins} entropy bins: pass the run's bin edges")
+        out._totals = torch.tensor([float(counters[key]) for key in keys], dtype=torch.float64)
+        total = counters.get("spec/num_accepted_tokens")
+        if total is not None and round(float(total)) != out.num_accepted_tokens:
+            raise ValueError("spec/num_accepted_tokens differs from the sum of spec/num_accepted_tokens_per_pos")
+        return out
+
+
+# ---- Pooled rates --------------------------------------------------------------------------------------
+def pool(records: Iterable[Mapping]) -> dict[str, float | int | str]:
+    """Sum the speculative counters of many records (steps, rollouts, workers) into one counter dict.
+
+    Other keys are ignored, and so are missing or NaN values (pandas fills absent columns with NaN).
+    Records that disagree on spec/gamma or spec/method cannot be pooled: ValueError.
+    """
+    total: dict[str, float | int | str] = {}
+    for record in records:
+        for key in ("spec/gamma", "spec/method"):
+            value = record.get(key)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            value = int(value) if key == "spec/gamma" else str(value)
+            if total.setdefault(key, value) != value:
+                raise ValueError(f"cannot pool records with different {key}: {total[key]!r} vs {value!r}")
+        for key, value in record.items():
+            if _COUNTER_KEY.fullmatch(key) and value is not None and not math.isnan(float(value)):
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def derive(counters: Mapping) -> dict[str, float]:
+    """Rates from (pooled) counters; a rate over zero events is NaN. Needs spec/gamma and spec/num_drafts."""
+    for key in ("spec/gamma", "spec/num_drafts", "spec/num_draft_tokens", "spec/num_accepted_tokens"):
+        if key not in counters:
+            raise ValueError(f"counters has no {key!r}: pass SpecCounters.to_dict() or pool(...) output")
+    gamma, drafts = int(counters["spec/gamma"]), float(counters["spec/num_drafts"])
+    accepted = float(counters["spec/num_accepted_tokens"])
+    out = {"spec/acceptance_rate": _ratio(accepted, float(counters["spec/num_draft_tokens"])),
+           "spec/accept_length": 1.0 + accepted / drafts if drafts > 0 else math.nan}
+    reached = drafts
+    for i in range(gamma):
+        at_i = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
+        out[f"spec/acceptance_rate_pos/{i}"] = _ratio(at_i, drafts)
+        out[f"spec/alpha_pos/{i}"] = _ratio(at_i, reached)
+        reached = at_i  # a draft reaches i+1 exactly when it accepted i
+    rows = _bins(counters)
+    for k, reached, accepted_k, entropy_sum in rows:
+        out[f"spec/by_entropy/{k}/acceptance_rate"] = _ratio(accepted_k, reached)
+        out[f"spec/by_entropy/{k}/entropy_mean"] = _ratio(entropy_sum, reached)
+    if rows:
+        out["spec/entropy_mean"] = _ratio(sum(row[3] for row in rows), sum(row[1] for row in rows))
+    return out
+
+
+def _bins(counters: Mapping) -> list[tuple[int, float, float, float]]:
+    """(bin, reached, accepted, entropy sum) for every entropy bin in a counter dict."""
+    bins = sorted(int(m.group(1)) for key in counters if (m := _BIN_KEY.fullmatch(key)))
+    names = ("num_draft_tokens", "num_accepted_tokens", "entropy_sum")
+    return [(k, *(float(counters[f"spec/by_entropy/{k}/{name}"]) for name in names)) for k in bins]
+
+
+def binned_acceptance(counters: Mapping) -> tuple[Tensor, Tensor, Tensor]:
+    """The entropy-law points of non-empty bins: mean H of reached positions, acceptance = accepted / reached,
+    and the reached count to use as the fit's weight; each float64 [bins]."""
+    rows = [(h / n, a / n, n) for _, n, a, h in _bins(counters) if n > 0]
+    table = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)  # [bins, 3]
+    return table[:, 0], table[:, 1], table[:, 2]
+
+
+# ---- Entropy -------------------------------------------------------------------------------------------
+def entropy(probs: Tensor, dim: int = -1) -> Tensor:
+    """H(p) = -Σ p log p in nats along `dim`, with 0·log 0 = 0 (one-hot rows give exactly 0)."""
+    if not probs.is_floating_point():
+        raise ValueError(f"probs must be a floating tensor, got {probs.dtype}")
+    return -torch.special.xlogy(probs, probs).sum(dim)
+
+
+def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """H(softmax(logits / T)) over the last dim, stable for -inf (masked) logits; T = 0 is greedy: H = 0."""
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating tensor, got {logits.dtype}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return torch.zeros(logits.shape[:-1], dtype=logits.dtype, device=logits.device)
+    work = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logs are too coarse
+    logp = torch.log_softmax(work / temperature, dim=-1)  # [..., V]
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, 0.0).sum(-1).to(logits.dtype)
+
+
+# ---- Entropy law and the Eq.-16 decomposition ----------------------------------------------------------
+@dataclass(frozen=True)
+class EntropyFit:
+    """acceptance ≈ intercept + slope·H. PAPER's b is -slope. r2 is NaN when the acceptance is constant."""
+
+    slope: float
+    intercept: float
+    r2: float
+    slope_ci: tuple[float, float]  # bootstrap percentile 95% interval; NaN when n_bootstrap = 0
+    n: int
+
+
+def _as_vector(name: str, values) -> Tensor:
+    x = torch.as_tensor(values, dtype=torch.float64).detach().cpu()
+    if x.dim() != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite")
+    return x
+
+
+def _wls(x: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Weighted least squares along the last dim: x, y, w [..., n] -> slope, intercept, x spread [...]."""
+    w = w / w.sum(-1, keepdim=True)
+    x_mean, y_mean = (w * x).sum(-1), (w * y).sum(-1)
+    dx = x - x_mean[..., None]
+    sxx = (w * dx * dx).sum(-1)
+    slope = (w * dx * (y - y_mean[..., None])).sum(-1) / sxx
+    return slope, y_mean - slope * x_mean, sxx
+
+
+def fit_entropy_law(entropy, acceptance, *, weights=None, n_bootstrap: int = 1000,
+                    generator: torch.Generator | None = None) -> EntropyFit:
+    """Fit acceptance = intercept + slope·entropy by (weighted) least squares.
+
+    Weights are counts when fitting binned points (`binned_acceptance`). The 95% slope interval resamples the
+    points with replacement `n_bootstrap` times; resamples with no spread in entropy are dropped. Without a
+    generator a fixed seed (0) is used, so the interval is reproducible.
+    """
+    x, y = _as_vector("entropy", entropy), _as_vector("acceptance", acceptance)
+    w = torch.ones_like(x) if weights is None else _as_vector("weights", weights)
+    if not x.shape == y.shape == w.shape:
+        raise ValueError(f"entropy, acceptance and weights differ in length: {len(x)}, {len(y)}, {len(w)}")
+    if bool((w < 0).any()) or int((w > 0).sum()) < 3:
+        raise ValueError("need at least 3 points with positive weight (weights must be non-negative)")
+    if n_bootstrap < 0:
+        raise ValueError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
+    slope, intercept, sxx = _wls(x, y, w)
+    if not float(sxx) > 1e-12 * max(1.0, float(x.abs().max()) ** 2):
+        raise ValueError("entropy has (almost) zero variance: the slope is undefined")
+    wn = w / w.sum()
+    ss_res = float((wn * (y - intercept - slope * x) ** 2).sum())
+    ss_tot = float((wn * (y - (wn * y).sum()) ** 2).sum())
+    ci = (math.nan, math.nan)
+    if n_bootstrap > 0:
+        gen = generator if generator is not None else torch.Generator().manual_seed(0)
+        idx = torch.randint(len(x), (n_bootstrap, len(x)), generator=gen, device=gen.device).cpu()  # [R, n]
+        boot, _, boot_sxx = _wls(x[idx], y[idx], w[idx])  # [R]
+        boot = torch.where(boot_sxx > 1e-12 * float(sxx), boot, math.nan)
+        lo, hi = torch.nanquantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+        ci = (lo, hi)
+    return EntropyFit(float(slope), float(intercept), 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan,
+                      ci, len(x))
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """PAPER Eq. 16 over steps t: total_t = α_t - α_0 = entropy_part_t + mismatch_part_t (all [S] float64)."""
+
+    total: Tensor
+    entropy_part: Tensor  # slope·(H_t - H_0): what the entropy change alone predicts
+    mismatch_part: Tensor  # the rest: the draft drifting away from (or towards) the policy
+    slope: float  # dα/dH fitted on the early phase (PAPER's b is -slope)
+
+
+def decompose_acceptance(acceptance, entropy, *, fit_fraction: float = 0.2, fit_steps: int | None = None,
+                         reference_steps: int = 3) -> Decomposition:
+    """Split the change of an acceptance trajectory [S] into an entropy part and a mismatch part.
+
+    The slope is fitted on the first `fit_steps` points (default ceil(fit_fraction·S), at least 3), where
+    the draft still matches the policy it was trained for. The t = 0 reference (α_0, H_0) is the mean of the
+    first `reference_steps` points rather than the single first step: one step's acceptance is noisy, and
+    since a mean of points on a line lies on the line, an exact entropy law still gives a zero mismatch.
+    `acceptance` may be the acceptance rate or the accept length (the parts are in its units).
+    """
+    alpha, h = _as_vector("acceptance", acceptance), _as_vector("entropy", entropy)
+    if alpha.shape != h.shape:
+        raise ValueError(f"acceptance and entropy differ in length: {len(alpha)} vs {len(h)}")
+    if fit_steps is None:
+        if not 0 < fit_fraction <= 1:
+            raise ValueError(f"fit_fraction must lie in (0, 1], got {fit_fraction}")
+        fit_steps = max(3, math.ceil(fit_fraction * len(alpha)))
+    if not 3 <= fit_steps <= len(alpha):
+        raise ValueError(f"fit_steps must lie in 3..{len(alpha)} (the trajectory length), got {fit_steps}")
+    if not 1 <= reference_steps <= fit_steps:
+        raise ValueError(f"reference_steps must lie in 1..fit_steps={fit_steps}, got {reference_steps}")
+    slope = fit_entropy_law(h[:fit_steps], alpha[:fit_steps], n_bootstrap=0).slope
+    total = alpha - alpha[:reference_steps].mean()  # [S]
+    entropy_part = slope * (h - h[:reference_steps].mean())  # [S]
+    return Decomposition(total, entropy_part, total - entropy_part, slope)
+
+
+# ---- RS vs TO, and the speedup bound -------------------------------------------------------------------
+def _check_pair(target_probs: Tensor, draft_probs: Tensor) -> None:
+    if target_probs.shape != draft_probs.shape or target_probs.dim() < 1:
+        raise ValueError(f"target_probs {tuple(target_probs.shape)} and draft_probs {tuple(draft_probs.shape)} "
+                         "must share one shape [..., V]")
+    for name, p in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        ok = p.is_floating_point() and not bool((p < 0).any())
+        if not ok or not torch.allclose(p.sum(-1), torch.ones(()).to(p), atol=1e-3):
+            raise ValueError(f"{name} must be non-negative float distributions summing to 1 over the last dim")
+
+
+def alpha_rs(target_probs: Tensor, draft_probs: Tensor) -> Tensor:
+    """Rejection-sampling acceptance 1 - d_TV(p, q) = 1 - 0.5·Σ|p - q|: [..., V] -> [...]."""
+    _check_pair(target_probs, draft_probs)
+    return 1.0 - 0.5 * (target_probs - draft_probs).abs().sum(-1)
+
+
+def alpha_to(target_probs: Tensor, draft_probs: Tensor) -> Tensor:
+    """Target-only acceptance p(argmax q): [..., V] -> [...]."""
+    _check_pair(target_probs, draft_probs)
+    return target_probs.gather(-1, draft_probs.argmax(-1, keepdim=True))[..., 0]
+
+
+def rs_beats_to(target_probs: Tensor, draft_probs: Tensor) -> Tensor:
+    """Where RS accepts more than TO: d_TV(p, q) < 1 - p(argmax q). [..., V] -> bool [...]; ties go to TO."""
+    return alpha_rs(target_probs, draft_probs) > alpha_to(target_probs, draft_probs)
+
+
+def expected_tokens_per_step(alpha: float | Sequence[float], gamma: int) -> float:
+    """Tokens per verify step, 1 + Σ_{j=1..γ} Π_{i≤j} α_i; a scalar α means the same α at every depth."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an int >= 1, got {gamma!r}")
+    values = torch.as_tensor(alpha, dtype=torch.float64)
+    alphas = values.expand(gamma).tolist() if values.dim() == 0 else values.reshape(-1).tolist()
+    if len(alphas) != gamma:
+        raise ValueError(f"alpha has {len(alphas)} entries, expected gamma={gamma}")
+    if not all(0.0 <= a <= 1.0 for a in alphas):
+        raise ValueError(f"every alpha must lie in [0, 1], got {alphas}")
+    tokens, survive = 1.0, 1.0
+    for a in alphas:
+        survive *= a
+        tokens += survive
+    return tokens
+
+
+def theoretical_speedup(alpha: float | Sequence[float], gamma: int, *, draft_cost: float,
+                        verify_cost: float = 1.0) -> float:
+    """Tokens per unit time relative to plain decoding (1 token per step of cost 1.0).
+
+    draft_cost is one draft step and verify_cost one (γ+1)-token target forward, both in units of a plain
+    1-token decode step. draft_cost = 0 gives the free-draft upper bound.
+    """
+    if not draft_cost >= 0:
+        raise ValueError(f"draft_cost must be >= 0, got {draft_cost}")
+    if not verify_cost > 0:
+        raise ValueError(f"verify_cost must be > 0, got {verify_cost}")
+    return expected_tokens_per_step(alpha, gamma) / (verify_cost + gamma * draft_cost)

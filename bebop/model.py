@@ -1,0 +1,364 @@
+"""A Qwen3-family decoder: the policy (target) that bebop samples, trains and speculates against.
+
+Architecture (identical to `transformers`' Qwen3 in fp32, same parameter names, so checkpoints move both ways):
+
+    x = embed_tokens(tokens)
+    for each layer:  x = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))
+                         with n = input_layernorm(x);  grouped-query attention, Hkv | H
+                     x = x + down_proj(silu(gate_proj(m)) * up_proj(m)),  m = post_attention_layernorm(x)
+    hidden = norm(x);  logits = lm_head(hidden)      (lm_head tied to embed_tokens when configured)
+
+`forward` returns (logits, hidden) where `hidden` is the final hidden state AFTER the final norm, i.e. what
+the LM head reads. That is the h_0 the MTP head takes (vLLM's deepseek_mtp / qwen3_next_mtp feed the
+backbone's normed output to the MTP block), and it lets a caller gather the rows it needs first and
+project only those with `lm_logits(hidden)`.
+
+Two attention paths share the same layers:
+  * no cache: a plain causal forward over [B, S] (training); SDPA.
+  * with a `KVCache`: row b's new tokens sit at positions cache.lengths[b] + s (RoPE positions too); their
+    K/V are written there and query s attends to slots <= lengths[b] + s, over the first `kv_len` slots only.
+    Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are never repeated per head.
+    No host sync, and `cache.lengths` is left alone (see bebop/kvcache.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bebop.kvcache import KVCache
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> out [B, H, S, D]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Qwen3 hyper-parameters, with the field names of `transformers.Qwen3Config`."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 32768
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"ModelConfig.num_attention_heads={self.num_attention_heads} must be a multiple of "
+                             f"num_key_value_heads={self.num_key_value_heads} (grouped-query attention)")
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for rotary embeddings, got {self.head_dim}")
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(f"ModelConfig.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
+
+    @classmethod
+    def tiny(cls, vocab_size: int = 128, **overrides: Any) -> "ModelConfig":
+        """The embedded default's shape: about 3.5M parameters at vocab 128."""
+        base = dict(vocab_size=vocab_size, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10_000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=2048)
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def small(cls, vocab_size: int = 151936, num_hidden_layers: int = 3, **overrides: Any) -> "ModelConfig":
+        """Qwen3-0.6B's shape (real vocabulary, tied head) with fewer layers: ~203M parameters, of which
+        156M are the embedding. For benchmarks with random weights."""
+        base = dict(vocab_size=vocab_size, hidden_size=1024, intermediate_size=3072,
+                    num_hidden_layers=num_hidden_layers, num_attention_heads=16, num_key_value_heads=8,
+                    head_dim=128, rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    max_position_embeddings=40960)
+        return cls(**{**base, **overrides})
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A `config.json` body that `transformers.Qwen3Config` reads as this architecture."""
+        fields = dataclasses.asdict(self)
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            **fields,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rope_scaling": None,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": self.num_hidden_layers,
+            "initializer_range": 0.02,
+            "use_cache": True,
+        }
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        """Read a Qwen3 `config.json` dict; unknown keys are ignored, unsupported variants raise."""
+        if d.get("model_type", "qwen3") != "qwen3":
+            raise ValueError(f"config model_type={d['model_type']!r} is not supported: bebop reads 'qwen3' only")
+        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads") if k not in d]
+        if missing:
+            raise ValueError(f"config is missing required Qwen3 fields: {missing}")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"config hidden_act={d['hidden_act']!r} is not supported (Qwen3 uses 'silu')")
+        if d.get("attention_bias", False):
+            raise ValueError("config attention_bias=true is not supported (Qwen3 has no attention bias)")
+        if d.get("use_sliding_window", False):
+            raise ValueError("config use_sliding_window=true is not supported")
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"config rope type {rope_type!r} is not supported (default RoPE only)")
+        heads = d["num_attention_heads"]
+        return cls(
+            vocab_size=d["vocab_size"], hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"],
+            num_hidden_layers=d["num_hidden_layers"], num_attention_heads=heads,
+            num_key_value_heads=d.get("num_key_value_heads") or heads,
+            head_dim=d.get("head_dim") or d["hidden_size"] // heads,
+            rope_theta=float(rope.get("rope_theta", d.get("rope_theta", 10_000.0))),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            max_position_embeddings=d.get("max_position_embeddings", 32768),
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Pieces
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, normalised in fp32 and scaled in the input dtype (as Qwen3 does)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_position_embeddings, head_dim] in fp32, computed exactly as transformers' default RoPE."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))  # [D/2]
+    freqs = torch.arange(config.max_position_embeddings).float()[:, None] * inv_freq  # [P, D/2]
+    angles = torch.cat([freqs, freqs], -1)  # [P, D]
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, H, S, D] by cos/sin broadcastable to it ([S, D] or [B, 1, S, D])."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain causal attention, q [B, H, S, D], k/v [B, Hkv, S, D] -> [B, H, S, D]."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Write k/v [B, Hkv, S, D] into the caches [B, Hkv, max_len, D] at slots pos [B, S] (rows [B, 1] is
+    arange(B)), then attend q [B, H, S, D] over the first kv_len slots with additive bias [B, 1, 1, S, kv_len]."""
+    B, H, S, D = q.shape
+    Hkv, kv_len = k.shape[1], bias.shape[-1]
+    k_cache[rows, :, pos] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
+    v_cache[rows, :, pos] = v.transpose(1, 2)
+    keys, values = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [B, Hkv, kv_len, D]
+    # Query head h reads kv head h // G: grouping the G heads of a kv head into the row dimension lets one
+    # batched matmul serve them without copying K/V per head.
+    grouped = (q * (1.0 / math.sqrt(D))).reshape(B, Hkv, -1, D)  # [B, Hkv, G*S, D]
+    scores = (grouped @ keys.transpose(-1, -2)).view(B, Hkv, -1, S, kv_len) + bias  # [B, Hkv, G, S, kv_len]
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype)
+    return (probs.view(B, Hkv, -1, kv_len) @ values).view(B, H, S, D)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with per-head q/k RMSNorm; the attention pattern comes from `attend`."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d, D = config.hidden_size, config.head_dim
+        self.head_dim = D
+        self.q_proj = nn.Linear(d, config.num_attention_heads * D, bias=False)
+        self.k_proj = nn.Linear(d, config.num_key_value_heads * D, bias=False)
+        self.v_proj = nn.Linear(d, config.num_key_value_heads * D, bias=False)
+        self.o_proj = nn.Linear(config.num_attention_heads * D, d, bias=False)
+        self.q_norm = RMSNorm(D, config.rms_norm_eps)
+        self.k_norm = RMSNorm(D, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        B, S, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, S, -1, self.head_dim)).transpose(1, 2)  # [B, H, S, D]
+        k = self.k_norm(self.k_proj(x).view(B, S, -1, self.head_dim)).transpose(1, 2)  # [B, Hkv, S, D]
+        v = self.v_proj(x).view(B, S, -1, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
+        out = attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)  # [B, H, S, D]
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention + SwiGLU block (Qwen3DecoderLayer); also the MTP head's single layer."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rope_cos: torch.Tensor,
+                           rope_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """What every layer of a cached forward shares: RoPE cos/sin [B, 1, S, D] at each row's own positions,
+    and the write slots / attention bias for `cached_attend`. Shapes only; no host sync."""
+    kv_len = cache.max_len if kv_len is None else kv_len
+    if not isinstance(kv_len, int) or not num_new <= kv_len <= cache.max_len:
+        raise ValueError(f"kv_len must be an int in [{num_new}, max_len={cache.max_len}] "
+                         f"(>= max(lengths) + new tokens), got {kv_len!r}")
+    pos = cache.positions(num_new)  # [B, S]
+    slots = torch.arange(kv_len, device=cache.device)  # [kv_len]
+    visible = slots <= pos[..., None]  # [B, S, kv_len]: slot j is visible to query s iff j <= lengths[b] + s
+    bias = torch.zeros(visible.shape, dtype=cache.dtype, device=cache.device).masked_fill_(~visible, -math.inf)
+    rows = torch.arange(cache.batch, device=cache.device)[:, None]  # [B, 1]
+    cos, sin = rope_cos[pos][:, None], rope_sin[pos][:, None]  # [B, 1, S, D]
+    return cos, sin, dict(rows=rows, pos=pos, bias=bias[:, None, None])
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+
+
+class Qwen3Backbone(nn.Module):
+    """Holds the `model.*` parameters (embed_tokens, layers, norm) under Qwen3's names."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """Qwen3's initialisation: N(0, 0.02) for linear and embedding weights, ones for norms."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    elif isinstance(module, RMSNorm):
+        nn.init.ones_(module.weight)
+
+
+class Transformer(nn.Module):
+    """The policy model: `forward(tokens, cache=None, *, kv_len=None, compute_logits=True) -> (logits, hidden)`."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+        self.config = config
+        self.model = Qwen3Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.apply(init_weights)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        cos, sin = rope_tables(config)
+        # Not persistent: derived from the config, and absent from HF checkpoints. They follow .to(dtype),
+        # which rounds them exactly as HF rounds its fp32 cos/sin to the activation dtype.
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *, kv_len: int | None = None,
+                compute_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """tokens [B, S] long -> (logits [B, S, V] or None, hidden [B, S, d] after the final norm).
+
+        With `cache`, row b's tokens sit at positions cache.lengths[b] + s; see the module docstring."""
+        if tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens must be a [B, S] long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
+        B, S = tokens.shape
+        if cache is None:
+            if S > self.config.max_position_embeddings:
+                raise ValueError(f"sequence length {S} exceeds max_position_embeddings="
+                                 f"{self.config.max_position_embeddings}")
+            cos, sin = self.rope_cos[:S], self.rope_sin[:S]  # [S, D]
+            attends = [causal_attend] * len(self.model.layers)
+        else:
+            if cache.batch != B or cache.num_layers != len(self.model.layers):
+                raise ValueError(f"cache has batch={cache.batch}, layers={cache.num_layers}; tokens have "
+                                 f"batch={B} and the model {len(self.model.layers)} layers")
+            cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin)
+            attends = [partial(cached_attend, k_cache=k, v_cache=v, **shared) for k, v in zip(cache.k, cache.v)]
+        x = self.model.embed_tokens(tokens)  # [B, S, d]
+        for layer, attend in zip(self.model.layers, attends):
+            x = layer(x, cos, sin, attend)
+        hidden = self.model.norm(x)  # [B, S, d]
+        return (self.lm_logits(hidden) if compute_logits else None), hidden
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Project final hidden states [..., d] (as returned by forward) to logits [..., V]."""
+        return self.lm_head(hidden)
+
+    def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> KVCache:
+        """An empty ragged KV cache for `batch` rows of up to `max_len` positions each."""
+        if max_len > self.config.max_position_embeddings:
+            raise ValueError(f"max_len={max_len} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        weight = self.model.embed_tokens.weight
+        c = self.config
+        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim,
+                       dtype or weight.dtype, device or weight.device)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied LM head counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def save_pretrained(model: Transformer, path, mtp=None) -> None:
+    """Save in the Hugging Face layout (see bebop.checkpoint.save_pretrained)."""
+    from bebop.checkpoint import save_pretrained as _save  # late: checkpoint imports this module
+
+    _save(model, path, mtp=mtp)
+
+
+def load_pretrained(path, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None):
+    """Load (model, mtp_or_None) from a Hugging Face layout directory (see bebop.checkpoint.load_pretrained)."""
+    from bebop.checkpoint import load_pretrained as _load
+
+    return _load(path, dtype=dtype, device=device)

@@ -1,0 +1,110 @@
+"""From logits to the distribution we sample from, and sampling from it.
+
+Speculative decoding is lossless only for the distribution it is verified against, so the target p and
+the draft q must go through *the same* processing (PAPER §2): temperature, then top-k, then top-p.
+Every caller (engine, losses, notebooks) goes through `process_logits` / `probs_from_logits`, so there is
+one definition of "the policy's distribution" in the code base.
+
+- temperature T > 0 divides the logits; T = 0 means greedy: a one-hot at the argmax (ties go to the lowest
+  index, which is what `torch.argmax` returns).
+- top-k keeps the tokens whose scaled logit is >= the k-th largest (ties at the k-th value are all kept, as
+  in HF's and vLLM's warpers).
+- top-p keeps the smallest prefix of the tokens sorted by probability (stable sort: ties in index order)
+  whose mass reaches `top_p`; a token is kept iff the mass ranked strictly before it is < `top_p`, so the
+  most likely token always survives.
+Masked tokens get log-probability -inf and probability exactly 0.
+
+`sample` draws one token per distribution by inverting the CDF with one float64 uniform per row: one
+cumulative sum and one binary search, with no Python loop and no host sync. It is about 4x cheaper on CPU
+than the exponential race (argmax p/E) because it needs one random number per row instead of one per token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got {_describe(logits)}")
+    if logits.ndim < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have shape [..., V] with V >= 1, got {tuple(logits.shape)}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+def _describe(x: object) -> str:
+    return f"tensor of dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _filtered_logits(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
+) -> torch.Tensor:
+    """[..., V] -> [..., V] float32 scaled logits with the filtered-out tokens at -inf."""
+    _check_processing(logits, temperature, top_k, top_p)
+    scores = logits.float()  # [..., V]
+    if temperature == 0:
+        best = scores.argmax(-1, keepdim=True)  # [..., 1]
+        return torch.full_like(scores, float("-inf")).scatter_(-1, best, 0.0)
+    if temperature != 1:
+        scores = scores / temperature
+    vocab = scores.shape[-1]
+    if top_k is not None and top_k < vocab:
+        kth = scores.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sorted_probs, order = scores.softmax(-1).sort(dim=-1, descending=True, stable=True)  # [..., V]
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs  # [..., V] mass ranked strictly ahead
+        drop_sorted = mass_before >= top_p  # the top token has mass_before == 0 exactly: a row never empties
+        drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores
+
+
+def process_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """[..., V] logits -> [..., V] float32 log-probabilities after temperature, top-k, top-p (-inf = masked)."""
+    return _filtered_logits(logits, temperature, top_k, top_p).log_softmax(-1)
+
+
+def probs_from_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """[..., V] logits -> [..., V] float32 probabilities, exactly 0 outside the kept set.
+
+    Apply it with the same arguments to the target and the draft logits (PAPER §2).
+    """
+    return _filtered_logits(logits, temperature, top_k, top_p).softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[..., V] non-negative weights -> [...] long: one exact draw per distribution.
+
+    Rows need positive total mass but need not be normalised. A zero-weight token is never returned.
+    """
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
+        raise ValueError(f"probs must be a floating-point tensor, got {_describe(probs)}")
+    if probs.ndim < 1 or probs.shape[-1] == 0:
+        raise ValueError(f"probs must have shape [..., V] with V >= 1, got {tuple(probs.shape)}")
+    lead, vocab = probs.shape[:-1], probs.shape[-1]
+    flat = probs.reshape(-1, vocab)  # [N, V]
+    # float64 keeps the CDF exact to ~1e-16, so even tokens far below float32 resolution of the running
+    # sum keep their probability.
+    cdf = flat.double().cumsum(-1)  # [N, V]
+    total = cdf[:, -1:]  # [N, 1]
+    u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator)  # [N, 1]
+    # u < 1, but u * total can round up to total; nextafter keeps the target strictly inside the CDF.
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
+    index = torch.searchsorted(cdf, x, right=True).clamp_max_(vocab - 1)  # [N, 1] first cdf > x
+    # Sequential sums give a zero-weight token no CDF step, so it cannot be hit; a parallel scan (GPU) may
+    # round differently, so keep the guarantee explicitly with the row's argmax as a fallback.
+    zero = flat.gather(-1, index) <= 0  # [N, 1]
+    index = torch.where(zero, flat.argmax(-1, keepdim=True), index)
+    return index.reshape(lead)

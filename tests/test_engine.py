@@ -1,0 +1,189 @@
+"""The speculative engine: lossless output, exact bookkeeping, clear errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from bebop.engine import Engine
+from bebop.losses import draft_loss
+from bebop.model import ModelConfig, Transformer
+from bebop.mtp import MTPHead, chain_targets
+from bebop.rollout import GenerationConfig
+from bebop.selfdraft import self_draft_pair
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15]]
+
+
+def _random_pair(config: ModelConfig, seed: int = 0) -> tuple[Transformer, MTPHead]:
+    torch.manual_seed(seed)
+    return Transformer(config).eval(), MTPHead(config).eval()
+
+
+def _briefly_trained_head(model: Transformer, steps: int = 15) -> MTPHead:
+    """A head fitted for a few steps with e2e TV on the model's own greedy continuations."""
+    torch.manual_seed(1)
+    head = MTPHead(model.config, trained_depth=3)
+    model.requires_grad_(False)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    tokens = torch.randint(0, model.config.vocab_size, (4, 24))
+    for _ in range(steps):
+        with torch.no_grad():
+            logits, hidden = model(tokens)
+        target_logits, labels, mask = chain_targets(logits, tokens, 3)
+        loss = draft_loss(head.chain(model, hidden, tokens, 3), target_logits, objective="e2e_tv", mask=mask)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    return _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2))
+
+
+@pytest.mark.parametrize("head_kind", ["random", "trained", "self_draft"])
+def test_greedy_identity(tiny_pair, head_kind):
+    model, head = tiny_pair
+    if head_kind == "trained":
+        head = _briefly_trained_head(model)
+    elif head_kind == "self_draft":
+        model, head = self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2))
+    engine = Engine(model, head)
+    plain = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=24, temperature=0, gamma=0))
+    for gamma, method in itertools.product([1, 2, 3, 5], ["rs", "to", "greedy"]):
+        spec = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=24, temperature=0, gamma=gamma, method=method))
+        assert spec.tokens == plain.tokens, (gamma, method)
+        assert spec.stats["spec/num_drafts"] > 0
+    if head_kind == "self_draft":
+        assert spec.stats["spec/acceptance_rate"] > 0.99
+
+
+def _exact_first_three(model: Transformer, prompt: list[int], vocab: int) -> torch.Tensor:
+    """Exact plain-sampling law of the first three generated tokens, [V, V, V], by enumeration."""
+    prefixes = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])  # [V², P+2]
+    with torch.no_grad():
+        probs = torch.softmax(model(prefixes)[0].double(), -1)  # [V², P+2, V]
+    p1 = probs[0, len(prompt) - 1]  # [V]
+    p2 = probs[:, len(prompt)].view(vocab, vocab, vocab)[:, 0]  # [V(a), V(b)]: p(b | a)
+    p3 = probs[:, len(prompt) + 1].view(vocab, vocab, vocab)  # [a, b, c]: p(c | a, b)
+    return p1[:, None, None] * p2[:, :, None] * p3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["rs", "to"])
+def test_first_three_tokens_match_plain_sampling(method):
+    vocab, n = 5, 24_000
+    config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
+    model, head = self_draft_pair(config, seed=3)
+    with torch.no_grad():  # a draft close to the target but not equal: accepts, rejections and bonuses all occur
+        head.fc.weight[:, : config.hidden_size].add_(torch.randn(config.hidden_size, config.hidden_size) * 0.4)
+    prompt = [1, 2]
+    exact = _exact_first_three(model, prompt, vocab).flatten()
+    engine = Engine(model, head)
+    for gamma in (1, 2):
+        rollout = engine.generate([prompt] * n, GenerationConfig(max_new_tokens=3, gamma=gamma, method=method, seed=7))
+        codes = torch.tensor([t[0] * vocab * vocab + t[1] * vocab + t[2] for t in rollout.tokens])
+        observed = torch.bincount(codes, minlength=vocab**3).double()
+        keep = exact * n >= 5  # chi-square needs expected counts >= 5; pool the rest into one cell
+        f_obs = torch.cat([observed[keep], observed[~keep].sum()[None]])
+        f_exp = torch.cat([exact[keep], exact[~keep].sum()[None]]) * n
+        assert chisquare(f_obs.numpy(), f_exp.numpy()).pvalue > 1e-3, (method, gamma)
+        rate = rollout.stats["spec/acceptance_rate"]
+        assert 0.05 < rate < 0.95, f"test needs both accepts and rejections, got acceptance {rate}"
+        # The same counts against a wrong law (the first token's marginal shuffled) must be rejected.
+        wrong = exact.view(vocab, -1)[torch.roll(torch.arange(vocab), 1)].flatten()
+        w_exp = torch.cat([wrong[keep], wrong[~keep].sum()[None]]) * n
+        assert chisquare(f_obs.numpy(), (w_exp * f_obs.sum() / w_exp.sum()).numpy()).pvalue < 1e-6
+
+
+def test_logprobs_and_entropy_match_a_full_forward(tiny_pair):
+    model, head = tiny_pair
+    rollout = Engine(model, head).generate(PROMPTS, GenerationConfig(max_new_tokens=20, gamma=3, seed=0))
+    for prompt, tokens, logprobs, entropy in zip(PROMPTS, rollout.tokens, rollout.logprobs, rollout.entropy):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + tokens]))[0][0, len(prompt) - 1 : -1]  # [N, V]
+        logp = torch.log_softmax(logits.double(), -1)
+        torch.testing.assert_close(torch.tensor(logprobs, dtype=torch.double),
+                                   logp.gather(-1, torch.tensor(tokens)[:, None])[:, 0], atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(entropy, dtype=torch.double),
+                                   -(logp.exp() * logp).sum(-1), atol=1e-4, rtol=0)
+
+
+def test_self_draft_acceptance_and_counters():
+    model, head = self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2))
+    engine = Engine(model, head)
+    rs = engine.generate(PROMPTS * 4, GenerationConfig(max_new_tokens=40, gamma=3, method="rs", seed=0))
+    assert rs.stats["spec/acceptance_rate"] > 0.99
+    assert rs.stats["spec/accept_length"] > 3.9
+    to = engine.generate(PROMPTS * 4, GenerationConfig(max_new_tokens=40, gamma=3, method="to", seed=0))
+    assert to.stats["spec/acceptance_rate"] < 0.9  # p(argmax q) = max p < 1 at temperature 1
+    for rollout in (rs, to):
+        s = rollout.stats
+        assert s["spec/num_draft_tokens"] == 3 * s["spec/num_drafts"]
+        assert sum(s[f"spec/num_accepted_tokens_per_pos/{i}"] for i in range(3)) == s["spec/num_accepted_tokens"]
+        origins = [o for row in rollout.origin for o in row]
+        assert origins.count("accepted") <= s["spec/num_accepted_tokens"]
+        assert set(origins) <= {"plain", "accepted", "recovered", "bonus"}
+
+
+def test_stop_tokens_budget_and_origin(tiny_pair):
+    model, head = tiny_pair
+    engine = Engine(model, head)
+    free = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=30, gamma=3, seed=5))
+    stop = free.tokens[0][4]
+    stopped = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=30, gamma=3, seed=5, stop_tokens=(stop,)))
+    for tokens, reason, logp, ent, origin in zip(stopped.tokens, stopped.finish_reason, stopped.logprobs,
+                                                  stopped.entropy, stopped.origin):
+        assert len(tokens) == len(logp) == len(ent) == len(origin) <= 30
+        if reason == "stop":
+            assert tokens[-1] == stop and stop not in tokens[:-1]
+        else:
+            assert reason == "length" and len(tokens) == 30 and stop not in tokens
+        assert origin[0] == "plain"
+    assert stopped.finish_reason[0] == "stop" and len(stopped.tokens[0]) <= 5
+
+
+def test_seeded_runs_are_reproducible(tiny_pair):
+    engine = Engine(*tiny_pair)
+    config = GenerationConfig(max_new_tokens=16, gamma=2, seed=11)
+    assert engine.generate(PROMPTS, config).tokens == engine.generate(PROMPTS, config).tokens
+    other = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=16, gamma=2, seed=12))
+    assert other.tokens != engine.generate(PROMPTS, config).tokens
+
+
+def test_bf16_runs(tiny_pair):
+    model, head = (m.to(torch.bfloat16) for m in _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)))
+    rollout = Engine(model, head).generate(PROMPTS, GenerationConfig(max_new_tokens=12, gamma=3, seed=0))
+    assert all(len(t) == 12 for t in rollout.tokens)
+    assert all(torch.isfinite(torch.tensor(lp)).all() for lp in rollout.logprobs)
+
+
+def test_clear_errors(tiny_pair):
+    model, head = tiny_pair
+    engine = Engine(model, head)
+    config = GenerationConfig(max_new_tokens=8)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate([[1], []], config)
+    with pytest.raises(ValueError, match="prompts is empty"):
+        engine.generate([], config)
+    with pytest.raises(ValueError, match="out of range"):
+        engine.generate([[1, 64]], config)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        engine.generate([[1] * model.config.max_position_embeddings], config)
+    with pytest.raises(ValueError, match="needs an MTP head"):
+        Engine(model).generate([[1]], GenerationConfig(max_new_tokens=4, method="rs"))
+    trained = MTPHead(model.config, trained_depth=2)
+    with pytest.warns(UserWarning, match="trained depth"):
+        Engine(model, trained).generate([[1]], GenerationConfig(max_new_tokens=4, gamma=3))
+    with pytest.raises(ValueError, match="hidden_size"):
+        Engine(model, MTPHead(ModelConfig.tiny(vocab_size=64, hidden_size=128, head_dim=32)))
+    for bad in (dict(max_new_tokens=0), dict(max_new_tokens=4, gamma=-1), dict(max_new_tokens=4, method="x"),
+                dict(max_new_tokens=4, temperature=-1.0), dict(max_new_tokens=4, top_p=0.0)):
+        with pytest.raises(ValueError):
+            GenerationConfig(**bad)

@@ -1,0 +1,212 @@
+"""bebop.sampling: logit processing semantics and exact, vectorised sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from bebop.sampling import probs_from_logits, process_logits, sample
+
+NEG_INF = float("-inf")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _chi2_pvalue(tokens: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square p-value of 1-D token draws against `probs` [V]; zero-probability cells must stay empty."""
+    counts = torch.bincount(tokens.flatten(), minlength=probs.numel()).double()
+    support = probs > 0
+    assert counts[~support].sum() == 0, "sampled a zero-probability token"
+    expected = probs[support].double() / probs[support].double().sum() * counts.sum()
+    return chisquare(counts[support].numpy(), expected.numpy()).pvalue
+
+
+# ---- process_logits / probs_from_logits -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
+def test_temperature_scales_logits_before_softmax(temperature):
+    logits = torch.randn(2, 3, 11, generator=_gen(0), dtype=torch.float64)
+    logp = process_logits(logits, temperature)
+    assert logp.shape == logits.shape and logp.dtype == torch.float32
+    torch.testing.assert_close(logp, (logits / temperature).log_softmax(-1).float())
+    probs = probs_from_logits(logits, temperature)
+    torch.testing.assert_close(probs, logp.exp())
+
+
+def test_output_is_float32_for_half_precision_logits():
+    logits = torch.randn(4, 9, generator=_gen(1)).bfloat16()
+    probs = probs_from_logits(logits, 0.7, top_k=5, top_p=0.9)
+    assert probs.dtype == torch.float32
+    torch.testing.assert_close(probs.sum(-1), torch.ones(4))
+
+
+def test_temperature_zero_is_one_hot_at_first_argmax():
+    logits = torch.tensor([[0.5, 2.0, 2.0, -1.0], [3.0, 1.0, 3.0, 3.0], [-1.0, -2.0, -3.0, -0.5]])
+    logp = process_logits(logits, 0.0)
+    probs = probs_from_logits(logits, 0.0, top_k=2, top_p=0.1)  # filters cannot change a one-hot
+    want = torch.tensor([1, 0, 3])  # ties go to the lowest index
+    one_hot = torch.nn.functional.one_hot(want, 4).bool()
+    assert torch.equal(probs, one_hot.float())
+    assert torch.equal(logp[one_hot], torch.zeros(3)) and torch.isneginf(logp[~one_hot]).all()
+
+
+def test_top_k_keeps_the_k_largest_renormalised():
+    logits = torch.randn(5, 10, generator=_gen(2))
+    probs = probs_from_logits(logits, 1.5, top_k=3)
+    kept = probs > 0
+    assert torch.equal(kept.sum(-1), torch.full((5,), 3))
+    assert torch.equal(kept, torch.zeros_like(kept).scatter(-1, logits.topk(3, -1).indices, True))
+    want = (logits / 1.5).masked_fill(~kept, NEG_INF).softmax(-1)
+    torch.testing.assert_close(probs, want)
+    torch.testing.assert_close(probs_from_logits(logits, top_k=10), logits.softmax(-1))
+    torch.testing.assert_close(probs_from_logits(logits, top_k=99), logits.softmax(-1))
+
+
+def test_top_k_keeps_ties_at_the_kth_value():
+    probs = probs_from_logits(torch.tensor([1.0, 3.0, 2.0, 2.0, 0.0]), top_k=2)
+    assert torch.equal(probs > 0, torch.tensor([False, True, True, True, False]))
+
+
+def _top_p_reference(probs: list[float], top_p: float) -> set[int]:
+    """Smallest most-likely-first prefix whose mass reaches top_p (stable order for ties)."""
+    order = sorted(range(len(probs)), key=lambda i: -probs[i])
+    kept, mass = set(), 0.0
+    for i in order:
+        if mass >= top_p:
+            break
+        kept.add(i)
+        mass += probs[i]
+    return kept
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.8, 0.95])
+def test_top_p_keeps_the_smallest_prefix_reaching_top_p(top_p):
+    logits = torch.randn(20, 12, generator=_gen(3), dtype=torch.float64) * 2
+    probs = probs_from_logits(logits, 0.8, top_p=top_p)
+    full = (logits / 0.8).softmax(-1)
+    for row in range(20):
+        kept = set(torch.nonzero(probs[row]).flatten().tolist())
+        assert kept == _top_p_reference(full[row].tolist(), top_p)
+        mask = torch.zeros(12, dtype=torch.bool)
+        mask[list(kept)] = True
+        torch.testing.assert_close(probs[row], (full[row] * mask / full[row][mask].sum()).float())
+    torch.testing.assert_close(probs_from_logits(logits, top_p=1.0), logits.softmax(-1).float())
+
+
+def test_top_p_applies_after_top_k():
+    # softmax([3, 2, 1, 0]) = [0.64, 0.24, 0.09, 0.03]; top-2 renormalised = [0.73, 0.27].
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    assert torch.equal(probs_from_logits(logits, top_p=0.7) > 0, torch.tensor([True, True, False, False]))
+    assert torch.equal(probs_from_logits(logits, top_k=2, top_p=0.7) > 0, torch.tensor([True, False, False, False]))
+
+
+def test_masked_entries_are_exactly_zero_and_rows_normalised():
+    logits = torch.randn(64, 50, generator=_gen(4))
+    logits[:, 7] = NEG_INF  # a masked vocabulary slot stays masked
+    logp = process_logits(logits, 0.9, top_k=20, top_p=0.9)
+    probs = probs_from_logits(logits, 0.9, top_k=20, top_p=0.9)
+    assert torch.equal(probs == 0, torch.isneginf(logp))
+    assert (probs[:, 7] == 0).all() and ((probs > 0).sum(-1) <= 20).all()
+    torch.testing.assert_close(probs.sum(-1), torch.ones(64))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"temperature": "1"}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"top_k": True}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_p": -0.2}, "top_p"),
+    ],
+)
+def test_bad_processing_arguments_raise(kwargs, match):
+    for fn in (process_logits, probs_from_logits):
+        with pytest.raises(ValueError, match=match):
+            fn(torch.zeros(3), **kwargs)
+
+
+def test_bad_logits_raise():
+    with pytest.raises(ValueError, match="logits"):
+        process_logits(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="logits"):
+        probs_from_logits(torch.zeros(2, 0))
+    with pytest.raises(ValueError, match="logits"):
+        probs_from_logits([0.0, 1.0])
+
+
+# ---- sample -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 7), (0, 7)])
+def test_sample_shapes(shape):
+    probs = torch.rand(shape, generator=_gen(5)) + 0.01
+    tokens = sample(probs, _gen(6))
+    assert tokens.shape == shape[:-1] and tokens.dtype == torch.long
+    assert ((tokens >= 0) & (tokens < 7)).all()
+
+
+def test_sample_is_exact_chi_square():
+    probs = torch.tensor([0.3, 0.0, 0.05, 0.25, 0.0, 0.001, 0.399])
+    tokens = sample(probs.expand(200_000, 7), _gen(7))
+    assert _chi2_pvalue(tokens, probs) > 1e-3
+    # The same draws must fail against a slightly wrong law: the test has power.
+    wrong = torch.tensor([0.31, 0.0, 0.04, 0.25, 0.0, 0.001, 0.399])
+    assert _chi2_pvalue(tokens, wrong) < 1e-3
+
+
+def test_sample_handles_unnormalised_rows_independently():
+    weights = torch.tensor([[2.0, 0.0, 6.0], [0.0, 5.0, 0.0], [1e-30, 0.0, 3e-30]], dtype=torch.float64)
+    tokens = sample(weights.repeat(40_000, 1, 1), _gen(8))  # [40000, 3]
+    assert (tokens[:, 1] == 1).all()
+    for row in (0, 2):
+        assert _chi2_pvalue(tokens[:, row], weights[row]) > 1e-3
+
+
+def test_sample_never_returns_a_zero_probability_token():
+    # Sparse rows, zeros at both ends (where inverse-CDF rounding would land) and a dominant token.
+    gen = _gen(9)
+    probs = torch.rand(20_000, 64, generator=gen)
+    probs[torch.rand(20_000, 64, generator=gen) < 0.9] = 0.0
+    probs[:, 0] = probs[:, -1] = 0.0
+    probs[:, 31] += 1e-3
+    probs[::2, 17] = 1e6
+    tokens = sample(probs, gen)
+    assert (probs.gather(-1, tokens[:, None]) > 0).all()
+
+
+def test_sample_seeded_determinism():
+    probs = torch.rand(1000, 30, generator=_gen(10))
+    assert torch.equal(sample(probs, _gen(11)), sample(probs, _gen(11)))
+    assert not torch.equal(sample(probs, _gen(11)), sample(probs, _gen(12)))
+
+
+def test_sample_bad_input_raises():
+    with pytest.raises(ValueError, match="probs"):
+        sample(torch.ones(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="probs"):
+        sample(torch.ones(3, 0))
+    with pytest.raises(ValueError, match="probs"):
+        sample(np.ones(3))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA to check for host syncs")
+def test_sample_does_not_sync_on_cuda():
+    probs = probs_from_logits(torch.randn(64, 1000, device="cuda"), 0.8, top_k=50, top_p=0.9)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tokens = sample(probs, gen)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert (probs.gather(-1, tokens[:, None]) > 0).all()
