@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bebop.kvcache import KVCache
 from bebop.metrics import SpecCounters, derive, entropy
-from bebop.rollout import GenerationConfig, Rollout
+from bebop.rollout import Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.sampling import probs_from_logits, sample
 from bebop.verify import verify
 
@@ -36,8 +37,8 @@ class _Batch:
     rows: list[int]  # original prompt index of each active row
     lengths: list[int]  # host copy of the target cache length per row (bounds checks without a sync)
     pending: torch.Tensor  # [B] the token at position `lengths`, not yet in the target cache
-    cache: object
-    draft_cache: object | None = None
+    cache: KVCache
+    draft_cache: KVCache | None = None
     draft_logits: torch.Tensor | None = None  # [B, V] the head's step-1 logits for the next draft
     draft_hidden: torch.Tensor | None = None  # [B, 1, d] the head's step-1 output hidden
 
@@ -50,36 +51,6 @@ class _Batch:
         if self.draft_cache is not None:
             self.draft_cache.keep(index)
             self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
-
-
-class _Outputs:
-    """Host-side per-prompt results, appended once per step."""
-
-    def __init__(self, n: int, config: GenerationConfig):
-        self.config = config
-        self.tokens: list[list[int]] = [[] for _ in range(n)]
-        self.logprobs: list[list[float]] = [[] for _ in range(n)]
-        self.entropy: list[list[float]] = [[] for _ in range(n)]
-        self.origin: list[list[str]] = [[] for _ in range(n)]
-        self.finish: list[str] = ["length"] * n
-
-    def append(self, row: int, tokens: list[int], logprobs: list[float], ents: list[float], origins: list[str]) -> bool:
-        """Append one step's emitted tokens to prompt `row`; True when the row is finished."""
-        stops, budget = self.config.stop_tokens, self.config.max_new_tokens - len(self.tokens[row])
-        take, reason = min(len(tokens), budget), None
-        for j in range(take):
-            if tokens[j] in stops:
-                take, reason = j + 1, "stop"
-                break
-        self.tokens[row] += tokens[:take]
-        self.logprobs[row] += logprobs[:take]
-        self.entropy[row] += ents[:take]
-        self.origin[row] += origins[:take]
-        if reason is None and len(self.tokens[row]) >= self.config.max_new_tokens:
-            reason = "length"
-        if reason is not None:
-            self.finish[row] = reason
-        return reason is not None
 
 
 class Engine:
@@ -99,23 +70,25 @@ class Engine:
         return self.model.lm_head.weight.device
 
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], config: GenerationConfig) -> Rollout:
+    def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None) -> Rollout:
+        """Complete every prompt. With `env`, a row that emits a stop token gets env(row, tokens)'s reply
+        appended (origin "env") and continues from its cached prefix; a None reply ends the row."""
         self._check(prompts, config)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(config.seed if config.seed is not None else int(torch.seed()))
         counters = SpecCounters(gamma=max(config.gamma, 1), method=config.method if config.gamma else "plain")
-        timing = {"draft": 0.0, "verify": 0.0, "advance": 0.0}
-        out = _Outputs(len(prompts), config)
+        timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
+        out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size)
         start = time.perf_counter()
-        batch = self._prefill(prompts, config, generator, out)
+        batch = self._new_batch(prompts, config)
+        self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
         timing["prefill"] = time.perf_counter() - start
         steps = 0
         while batch.rows:
             steps += 1
             self._step(batch, config, generator, out, counters, timing)
         wall = time.perf_counter() - start
-        stats = self._stats(out, counters, timing, wall, steps, config)
-        return Rollout(out.tokens, out.logprobs, out.entropy, out.origin, out.finish, stats)
+        return out.build(self._stats(out, counters, timing, wall, steps, config))
 
     # ----------------------------------------------------------------------------------------------
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
@@ -151,39 +124,77 @@ class Engine:
         if config.profile and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _prefill(self, prompts, config, generator, out: _Outputs) -> _Batch:
+    def _new_batch(self, prompts: list[list[int]], config: GenerationConfig) -> _Batch:
         n, device = len(prompts), self.device
-        lengths = [len(p) for p in prompts]
-        max_len = max(lengths) + config.max_new_tokens + config.gamma + 1
-        tokens = torch.zeros(n, max(lengths), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            tokens[i, : len(p)] = torch.as_tensor(p, dtype=torch.long)
-        tokens = tokens.to(device)
-        last = torch.tensor(lengths, device=device) - 1  # [B]
-        cache = self.model.new_cache(n, max_len)
-        _, hidden = self.model(tokens, cache, kv_len=max(lengths), compute_logits=False)  # [B, S, d]
-        rows = torch.arange(n, device=device)
-        target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [B, V]
-        first = sample(target_probs, generator)  # [B]
-        cache.lengths.copy_(last + 1)
-        batch = _Batch(list(range(n)), lengths, first, cache)
+        max_len = max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1
+        batch = _Batch(list(range(n)), [0] * n, torch.zeros(n, dtype=torch.long, device=device),
+                       self.model.new_cache(n, max_len))
         if config.gamma > 0:
+            batch.draft_cache = self.mtp.new_cache(n, max_len)
+            batch.draft_hidden = torch.zeros(n, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
+            batch.draft_logits = torch.zeros(n, self.config.vocab_size, dtype=batch.cache.dtype, device=device)
+        return batch
+
+    def _feed(self, batch: _Batch, feeds: list[tuple[int, int, list[int]]], config, generator) -> list[list[float]]:
+        """Prefill token runs into some rows and sample each row's next token from the target.
+
+        feeds: (row in batch, start position, tokens) — a prompt at 0, or [stop token, env reply...] where a row
+        parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
+        head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
+        device, gamma = self.device, config.gamma
+        index = torch.tensor([i for i, _, _ in feeds], dtype=torch.long, device=device)
+        width = max(len(t) for _, _, t in feeds)
+        tokens = torch.zeros(len(feeds), width, dtype=torch.long)
+        for r, (_, _, feed) in enumerate(feeds):
+            tokens[r, : len(feed)] = torch.as_tensor(feed, dtype=torch.long)
+        tokens = tokens.to(device)  # [F, W]
+        starts = torch.tensor([s for _, s, _ in feeds], device=device)  # [F]
+        last = torch.tensor([len(t) - 1 for _, _, t in feeds], device=device)  # [F]
+        rows = torch.arange(len(feeds), device=device)
+        kv_len = max(s for _, s, _ in feeds) + width
+        whole = [i for i, _, _ in feeds] == list(range(len(batch.rows)))  # e.g. prefill: no sub-cache copies
+        cache = batch.cache if whole else batch.cache.select(index)
+        cache.lengths.copy_(starts)
+        _, hidden = self.model(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
+        target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
+        token = sample(target_probs, generator)  # [F]
+        cache.lengths += last + 1
+        if not whole:
+            batch.cache.assign(index, cache)
+        if gamma > 0:
             # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
             next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)
-            next_tokens[rows, last] = first
-            batch.draft_cache = self.mtp.new_cache(n, max_len)
-            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, next_tokens, batch.draft_cache,
-                                                      kv_len=max(lengths), compute_logits=False)
-            batch.draft_hidden = draft_hidden[rows, last][:, None]  # [B, 1, d]
-            batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]
-            batch.draft_cache.lengths.copy_(last + 1)
-        logp = target_probs.gather(-1, first[:, None])[:, 0].log()
-        ent = entropy(target_probs)
-        host = torch.stack([first.double(), logp.double(), ent.double()], 1).tolist()  # HOST SYNC (prefill)
-        keep = [i for i, (tok, lp, h) in enumerate(host) if not out.append(i, [int(tok)], [lp], [h], ["plain"])]
-        if len(keep) < n:
-            batch.keep(keep)
-        return batch
+            next_tokens[rows, last] = token
+            draft_cache = batch.draft_cache if whole else batch.draft_cache.select(index)
+            draft_cache.lengths.copy_(starts)
+            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, next_tokens, draft_cache,
+                                                      kv_len=kv_len, compute_logits=False)
+            draft_cache.lengths += last + 1
+            if not whole:
+                batch.draft_cache.assign(index, draft_cache)
+            batch.draft_hidden[index] = draft_hidden[rows, last][:, None]  # [F, 1, d]
+            batch.draft_logits[index] = self.mtp.logits(self.model, batch.draft_hidden[index])[:, 0]  # [F, V]
+        batch.pending[index] = token
+        for (i, s, feed) in feeds:
+            batch.lengths[i] = s + len(feed)
+        logp = target_probs.gather(-1, token[:, None])[:, 0].log()
+        return torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1).tolist()  # HOST SYNC
+
+    def _settle(self, batch: _Batch, feeds, config, generator, out: RolloutBuilder) -> None:
+        """Feed, then keep feeding rows whose first sampled token was a stop the env replied to; drop finished rows."""
+        done = set()
+        while feeds:
+            results = self._feed(batch, feeds, config, generator)
+            parked = []
+            for (i, _, _), (token, logp, ent) in zip(feeds, results):
+                state, _, reply = out.append(batch.rows[i], [int(token)], [logp], [ent], ["plain"])
+                if state == "done":
+                    done.add(i)
+                elif state == "park":  # the sampled stop token is pending (not cached): feed it with the reply
+                    parked.append((i, batch.lengths[i], [int(token), *reply]))
+            feeds = parked
+        if done:
+            batch.keep([i for i in range(len(batch.rows)) if i not in done])
 
     def _draft(self, batch: _Batch, config: GenerationConfig, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         """gamma draft tokens [B, γ] and, for "rs", their draft distributions [B, γ, V]."""
@@ -205,7 +216,7 @@ class Engine:
         draft_probs = torch.stack(probs, 1) if config.method == "rs" else None
         return torch.stack(tokens, 1), draft_probs
 
-    def _step(self, batch: _Batch, config, generator, out: _Outputs, counters: SpecCounters, timing) -> None:
+    def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, counters: SpecCounters, timing) -> None:
         gamma, device = config.gamma, self.device
         t0 = time.perf_counter()
         # 1. draft
@@ -237,31 +248,37 @@ class Engine:
         t2 = time.perf_counter()
         # 3. sync: HOST SYNC (the one per step)
         host = torch.cat([num_accepted[:, None].double(), emitted.double(), logp.double(), ent.double()], 1).tolist()
-        # 4. retire finished rows
-        keep = []
+        # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
+        keep, kept_accepted, parked = [], [], []
         for i, row in enumerate(host):
             n = int(row[0])
             toks = [int(t) for t in row[1 : n + 2]]
             origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
             lp, h = row[gamma + 2 : gamma + 3 + n], row[2 * gamma + 3 : 2 * gamma + 4 + n]
-            if not out.append(batch.rows[i], toks, lp, h, origins):
+            state, stop_at, reply = out.append(batch.rows[i], toks, lp, h, origins)
+            if state != "done":
                 keep.append(i)
+                kept_accepted.append(n)
+            if state == "park":  # cache through the token before the stop; feed [stop, reply...] from there
+                parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [toks[stop_at], *reply]))
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
             index = torch.tensor(keep, dtype=torch.long, device=device)
             num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted, hidden))
             batch.keep(keep)
         if batch.rows:
-            self._advance(batch, num_accepted, next_token, emitted, hidden, host, keep, config)
+            self._advance(batch, num_accepted, kept_accepted, next_token, emitted, hidden, config)
+        if parked:
+            self._settle(batch, parked, config, generator, out)
         self._sync(config)
         t3 = time.perf_counter()
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
 
-    def _advance(self, batch: _Batch, num_accepted, next_token, emitted, hidden, host, keep, config) -> None:
+    def _advance(self, batch: _Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
+                 config) -> None:
         kv_len = max(batch.lengths) + config.gamma + 1
-        batch.lengths = [length + int(host[i][0]) + 1 for length, i in zip(batch.lengths, keep)]
         if config.gamma > 0:
             # Catch the head up: entry L+i pairs the target's h_{L+i} with emitted token i; the entry at the
             # row's accepted count is the next step-1 draft query. Later entries are stale, overwritten later.
@@ -272,9 +289,10 @@ class Engine:
             batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]
             batch.draft_cache.lengths += num_accepted + 1
         batch.cache.lengths += num_accepted + 1
+        batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
 
-    def _stats(self, out: _Outputs, counters: SpecCounters, timing, wall: float, steps: int, config) -> dict:
+    def _stats(self, out: RolloutBuilder, counters: SpecCounters, timing, wall: float, steps: int, config) -> dict:
         generated = sum(len(t) for t in out.tokens)
         stats = {
             "num_prompts": len(out.tokens),

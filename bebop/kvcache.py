@@ -77,6 +77,24 @@ class KVCache:
         self.v = self.v.index_select(1, rows)
         self.lengths = self.lengths.index_select(0, rows)
 
+    def select(self, rows: torch.Tensor) -> "KVCache":
+        """A new cache holding copies of `rows` ([B'] long): work on a few rows, then `assign` them back."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        sub = object.__new__(KVCache)
+        sub.k, sub.v = self.k.index_select(1, rows), self.v.index_select(1, rows)
+        sub.lengths, sub.max_len = self.lengths.index_select(0, rows), self.max_len
+        return sub
+
+    def assign(self, rows: torch.Tensor, sub: "KVCache") -> None:
+        """Write the rows of `sub` (from `select(rows)`) back into rows `rows` of this cache."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        if sub.k.shape[1] != rows.numel() or sub.max_len != self.max_len:
+            raise ValueError(f"sub-cache has batch={sub.k.shape[1]}, max_len={sub.max_len}; expected "
+                             f"batch={rows.numel()}, max_len={self.max_len}")
+        self.k.index_copy_(1, rows, sub.k)
+        self.v.index_copy_(1, rows, sub.v)
+        self.lengths.index_copy_(0, rows, sub.lengths)
+
     def advance(self, n: torch.Tensor) -> None:
         """Grow each row by its own count: lengths += n, n [B] long (device; no host sync)."""
         if n.shape != self.lengths.shape:

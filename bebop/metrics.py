@@ -109,7 +109,7 @@ class SpecCounters:
         n = num_accepted.to(device=device, dtype=dtype)[:, None]  # [B, 1]
         accepted = (n - position).clamp_(0, 1)  # [B, γ]  1 where i < n
         reached = (n + 1 - position).clamp_(0, 1)  # [B, γ]  1 where i <= n: up to and including the rejection
-        h = draft_entropy.to(dtype)  # [B, γ]
+        h = draft_entropy.to(dtype).contiguous()  # [B, γ] (bucketize copies non-contiguous input anyway)
         bins = torch.bucketize(h, inner_edges, right=True)  # [B, γ] in 0..nb-1
         source = torch.stack([reached, accepted, h * reached], -1).reshape(-1, 3)  # [B·γ, 3]
         per_bin = torch.zeros(nb, 3, dtype=dtype, device=device).index_add_(0, bins.reshape(-1), source)  # [nb, 3]

@@ -71,6 +71,15 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     return fig
 
 
+def _colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, str]:
+    """`given` colours, with unused palette colours for runs it does not cover (e.g. eval sub-series)."""
+    colors = dict(given or {})
+    spare = [c for c in PALETTE if c not in colors.values()] or list(PALETTE)
+    for i, run in enumerate(r for r in runs if r not in colors):
+        colors[run] = spare[i % len(spare)]
+    return colors
+
+
 def _runs(data: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(data["run"])) if len(data) else []
 
@@ -83,6 +92,25 @@ def _check_columns(data: pd.DataFrame, columns: Iterable[str], what: str) -> Non
     missing = [c for c in columns if c not in data.columns]
     if missing:
         raise ValueError(f"{what} needs columns {missing}; got {list(data.columns)}")
+
+
+def pooled(train: pd.DataFrame) -> dict:
+    """`metrics.pool` of every row, vectorised (column sums), so a long run stays cheap to redraw.
+
+    Rows without MTP (no spec/gamma) are ignored; rows that disagree on γ or method cannot be pooled.
+    """
+    spec = train[train["spec/gamma"].notna()] if "spec/gamma" in train.columns else train.iloc[0:0]
+    if spec.empty:
+        raise ValueError("no speculative counters to pool (a run without MTP rollouts)")
+    total = spec.select_dtypes("number").sum().to_dict()
+    for key in ("spec/gamma", "spec/method"):
+        values = spec[key].dropna().unique() if key in spec.columns else []
+        if len(values) > 1:
+            raise ValueError(f"cannot pool rows with different {key}: {list(values)}")
+        if len(values):
+            total[key] = values[0]
+    total["spec/gamma"] = int(total["spec/gamma"])
+    return metrics.pool([total])
 
 
 # ------------------------------------------------------------------------ acceptance against entropy
@@ -107,11 +135,34 @@ def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> p
         else:
             if "spec/num_drafts" not in train.columns:
                 continue
-            h, a, n = metrics.binned_acceptance(metrics.pool(train.to_dict("records")))
+            h, a, n = metrics.binned_acceptance(pooled(train))
             part = pd.DataFrame({"entropy": h.numpy(), "acceptance": a.numpy(), "weight": n.numpy()})
         part = part.dropna()
         frames.append(part.assign(run=run)[["run", "entropy", "acceptance", "weight"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "entropy", "acceptance", "weight"])
+
+
+def token_points(tokens: Mapping[str, pd.DataFrame],
+                 edges: Sequence[float] = metrics.ENTROPY_BIN_EDGES) -> pd.DataFrame:
+    """The token-level law of evaluation runs (`tokens` streams: entropy, accepted 0/1 per reached draft).
+
+    One series per run and (head, method) when those columns exist ("run · head method"), pooled over
+    the rest (temperatures included: the entropy axis already tells them apart), one point per entropy bin.
+    """
+    frames = []
+    for run, frame in tokens.items():
+        if not {"entropy", "accepted"} <= set(frame.columns) or frame.empty:
+            continue
+        keys = [c for c in ("head", "method") if c in frame.columns]
+        data = frame[[*keys, "entropy", "accepted"]].dropna()
+        data = data.assign(bin=np.digitize(data["entropy"].to_numpy(dtype=float), np.asarray(edges[1:-1])))
+        table = data.groupby([*keys, "bin"]).agg(entropy=("entropy", "mean"), acceptance=("accepted", "mean"),
+                                                 weight=("accepted", "size")).reset_index()
+        label = table[keys].astype(str).agg(" ".join, axis=1) if keys else pd.Series("", index=table.index)
+        table["run"] = [f"{run} · {x}" if x else run for x in label]
+        frames.append(table[["run", "entropy", "acceptance", "weight"]])
+    columns = ["run", "entropy", "acceptance", "weight"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
 def entropy_fits(points: pd.DataFrame) -> pd.DataFrame:
@@ -133,7 +184,7 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
                           y_title: str = "accept length (tokens / verify step)") -> go.Figure:
     """Scatter per run with its fitted line; the legend gives slope (per nat) and R²."""
     fits = entropy_fits(points).set_index("run")
-    colors = colors or run_colors(_runs(points))
+    colors = _colors(_runs(points), colors)
     fig = go.Figure()
     for run in _runs(points):
         part = points[points["run"] == run]
@@ -186,7 +237,7 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
           labels: Mapping[str, str] | None = None) -> go.Figure:
     """One line per (run, column): colour = run, dash = column. With smoothing the raw trace stays, faint."""
     _check_columns(data, ("run", x, *columns), "lines")
-    colors = colors or run_colors(_runs(data))
+    colors = _colors(_runs(data), colors)
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
     fig = go.Figure()
     for run in _runs(data):
@@ -221,7 +272,7 @@ def positions(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for run, train in trains.items():
         if "spec/num_drafts" not in train.columns:
             continue
-        rates = metrics.derive(metrics.pool(train.to_dict("records")))
+        rates = metrics.derive(pooled(train))
         for i in range(int(train["spec/gamma"].dropna().iloc[0])):
             rows.append((run, i + 1, rates[f"spec/acceptance_rate_pos/{i}"], rates[f"spec/alpha_pos/{i}"]))
     return pd.DataFrame(rows, columns=["run", "position", "acceptance_rate", "alpha"])
@@ -229,7 +280,7 @@ def positions(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 def positions_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
     _check_columns(table, ("run", "position", "acceptance_rate", "alpha"), "positions_figure")
-    colors = colors or run_colors(_runs(table))
+    colors = _colors(_runs(table), colors)
     fig = go.Figure()
     for run in _runs(table):
         part = table[table["run"] == run]
@@ -283,7 +334,7 @@ def speedup_table(trains: Mapping[str, pd.DataFrame], baseline: str, *, draft_co
                "measured_rollout": times.loc[baseline, "gen"] / times.loc[run, "gen"],
                "accept_length": math.nan, "theoretical": 1.0 if "spec/num_drafts" not in train.columns else math.nan}
         if "spec/num_drafts" in train.columns:
-            rates = metrics.derive(metrics.pool(train.to_dict("records")))
+            rates = metrics.derive(pooled(train))
             gamma = int(train["spec/gamma"].dropna().iloc[0])
             alphas = [rates[f"spec/alpha_pos/{i}"] for i in range(gamma)]
             row["accept_length"] = rates[ACCEPT_LENGTH]

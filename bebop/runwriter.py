@@ -49,8 +49,8 @@ def to_jsonable(value: Any, where: str = "value") -> Any:
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:  # numpy / torch scalars
-        return value.item()
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # numpy / torch scalars and arrays
+        return to_jsonable(value.tolist(), where)
     raise ValueError(f"{where} has type {type(value).__name__}, which cannot be written as JSON")
 
 
@@ -111,13 +111,10 @@ def _versions() -> dict[str, str]:
     return {"python": platform.python_version(), "torch": torch.__version__, "bebop": __version__}
 
 
-def _default_bin_edges() -> list[float] | None:
-    try:
-        from bebop import metrics
-    except ImportError:
-        return None
-    edges = getattr(metrics, "ENTROPY_BIN_EDGES", None)
-    return None if edges is None else [float(e) for e in edges]
+def _default_bin_edges() -> list[float]:
+    from bebop.metrics import ENTROPY_BIN_EDGES  # lazy, like torch above: readers of run lists need neither
+
+    return list(ENTROPY_BIN_EDGES)
 
 
 # --------------------------------------------------------------------------------------------- writer
@@ -148,13 +145,13 @@ class RunWriter:
         self.path = Path(run_dir)
         self.kind = kind
         self._fds: dict[str, int] = {}
-        self._last_step: dict[str, float] = {}
+        self._last_step: dict[str, float | None] = {}
         self._closed = False
         self._last_heartbeat = 0.0
         config_json = to_jsonable(config if config is not None else {}, "config")
         existing = self._prepare_dir(resume)
         meta = read_json(self.path / "meta.json") if existing else {}
-        edges = list(entropy_bin_edges) if entropy_bin_edges is not None else _default_bin_edges()
+        edges = _default_bin_edges() if entropy_bin_edges is None else list(entropy_bin_edges)
         now = time.time()
         meta.update(
             name=name or meta.get("name") or self.path.resolve().name,
@@ -162,7 +159,7 @@ class RunWriter:
             created=meta.get("created", now),
             config=config_json,
             versions=_versions(),
-            entropy_bin_edges=None if edges is None else [float(e) for e in edges],
+            entropy_bin_edges=[float(e) for e in edges],
         )
         if existing:
             meta.setdefault("resumes", []).append({"time": now, "last_step": self.last_step})
@@ -274,6 +271,8 @@ class RunWriter:
     def close(self, state: str = "finished", message: str | None = None) -> None:
         if self._closed:
             return
+        if state not in STATES:
+            raise ValueError(f"state must be one of {STATES}, got {state!r}")
         fields: dict[str, Any] = {"state": state}
         if message is not None:
             fields["message"] = message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -187,3 +188,47 @@ def test_clear_errors(tiny_pair):
                 dict(max_new_tokens=4, temperature=-1.0), dict(max_new_tokens=4, top_p=0.0)):
         with pytest.raises(ValueError):
             GenerationConfig(**bad)
+
+
+def _stop_on(reply: list[int], turns: int):
+    """An env that answers the first `turns` stops of each row with `reply`."""
+    seen: dict[int, int] = {}
+
+    def env(row: int, tokens: list[int]):
+        seen[row] = seen.get(row, 0) + 1
+        return reply if seen[row] <= turns else None
+
+    return env
+
+
+@pytest.mark.parametrize("gamma", [0, 3])
+def test_env_replies_continue_from_the_cache(tiny_pair, gamma):
+    model, head = tiny_pair
+    engine = Engine(model, head)
+    reply, stops = [7, 8, 9], tuple(range(0, 64, 5))  # many stop tokens, so every row takes env turns
+    greedy = GenerationConfig(max_new_tokens=40, gamma=gamma, temperature=0, stop_tokens=stops)
+    spec = engine.generate(PROMPTS, greedy, env=_stop_on(reply, turns=2))
+    plain = Engine(model).generate(PROMPTS, replace(greedy, gamma=0), env=_stop_on(reply, turns=2))
+    assert spec.tokens == plain.tokens  # greedy identity holds across environment turns
+    sampled = GenerationConfig(max_new_tokens=40, gamma=gamma, seed=4, stop_tokens=stops)
+    rollout = engine.generate(PROMPTS, sampled, env=_stop_on(reply, turns=2))
+    assert sum(origin.count("env") for origin in rollout.origin) >= 3 * len(reply)
+    for prompt, tokens, origin, mask, logprobs in zip(PROMPTS, rollout.tokens, rollout.origin,
+                                                      rollout.policy_mask, rollout.logprobs):
+        assert mask == [o != "env" for o in origin]
+        for j, o in enumerate(origin):
+            if o == "env" and (j == 0 or origin[j - 1] != "env"):
+                assert tokens[j : j + 3] == reply[: len(tokens) - j] and tokens[j - 1] in stops
+        with torch.no_grad():  # the policy's tokens after a reply are scored from the continued cache
+            logits = model(torch.tensor([prompt + tokens]))[0][0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits.double(), -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+        policy = torch.tensor(mask)
+        torch.testing.assert_close(torch.tensor(logprobs, dtype=torch.double)[policy], expected[policy],
+                                   atol=1e-4, rtol=0)
+
+
+def test_env_reply_out_of_range_is_a_clear_error(tiny_pair):
+    model, head = tiny_pair
+    config = GenerationConfig(max_new_tokens=8, gamma=0, temperature=0, stop_tokens=tuple(range(64)))
+    with pytest.raises(ValueError, match="env reply"):
+        Engine(model).generate([[1, 2]], config, env=lambda row, tokens: [999])

@@ -62,7 +62,8 @@ def test_benign_program_runs_and_its_output_comes_back():
 
 
 def test_files_inside_the_work_dir_are_allowed():
-    result = run(ESCAPE + "f = B['open']('note.txt', 'w')\nf.write('kept')\nf.close()\nprint(B['open']('note.txt').read())")
+    write = "f = B['open']('note.txt', 'w')\nf.write('kept')\nf.close()\n"
+    result = run(ESCAPE + write + "print(B['open']('note.txt').read())")
     assert result.ok and result.stdout.split() == ["escaped", "kept"]
 
 

@@ -272,16 +272,22 @@ def test_seeded_determinism(method):
     assert not torch.equal(runs[0].next_token, runs[2].next_token)
 
 
-def test_verdict_shapes_dtypes_and_ranges():
+@pytest.mark.parametrize("method", ["rs", "to"])
+def test_verdict_shapes_dtypes_and_ranges(method):
     tokens, target, draft = _random_batch(8)
-    verdict = verify(tokens.int(), target, draft, generator=_gen(0), validate=False)
+    target[..., ::3] = 0  # drafts the target rules out must never be emitted
+    target /= target.sum(-1, keepdim=True)
+    tokens = tokens if method == "rs" else draft.argmax(-1)
+    verdict = verify(tokens.int(), target, draft, method=method, generator=_gen(0), validate=False)
     assert verdict.num_accepted.shape == verdict.next_token.shape == (2000,)
     assert verdict.num_accepted.dtype == verdict.next_token.dtype == torch.long
     assert verdict.num_accepted.min() >= 0 and verdict.num_accepted.max() <= 3
-    rows = torch.arange(2000)
-    # The next token always has positive probability under the law it was drawn from.
-    p_next = target[rows, verdict.num_accepted, verdict.next_token]
-    assert (p_next > 0).all()
+    # Every emitted token has positive target probability (its log-prob is what RL consumes).
+    positions = torch.arange(4)
+    emitted = torch.cat([tokens, verdict.next_token[:, None]], 1)  # [B, γ+1]
+    emitted = torch.where(positions < verdict.num_accepted[:, None], emitted, verdict.next_token[:, None])
+    is_emitted = positions <= verdict.num_accepted[:, None]  # [B, γ+1]
+    assert (target.gather(-1, emitted[..., None])[..., 0][is_emitted] > 0).all()
     empty = verify(tokens[:0], target[:0], draft[:0], generator=_gen(0))
     assert empty.num_accepted.shape == empty.next_token.shape == (0,)
 

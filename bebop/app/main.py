@@ -27,6 +27,9 @@ def sidebar() -> None:
         if chosen is None:  # first visit: running runs first, then the newest, a handful in all
             running = [name for name, info in labels.items() if info.state == "running"]
             chosen = (running + [name for name in labels if name not in running])[:DEFAULT_SELECTION]
+        gone = [name for name in chosen if name not in labels]
+        if gone:
+            st.warning(f"No longer under the root (deleted or moved): {', '.join(gone)}", icon=":material/folder_off:")
         st.session_state["runs_selected"] = [name for name in chosen if name in labels]
         picked = st.multiselect(
             "Runs", options=list(labels), key="runs_selected", placeholder="Pick runs to show",

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from bebop import metrics, plots
 from bebop.runlog import Run, RunInfo, list_runs, load_run
 
 DEFAULT_ROOT = "runs"
@@ -100,17 +101,30 @@ def load_runs(infos: list[RunInfo], root: Path, *, notify: bool = True) -> dict[
 
 
 def trains(runs: Mapping[str, Run], *, notify: bool = True) -> dict[str, pd.DataFrame]:
-    """The non-empty train streams by run label; runs without steps yet get one info line."""
+    """The non-empty train streams by run label; runs with no data at all yet get one info line."""
     out, empty = {}, []
     for name, run in runs.items():
         train = run.streams.get("train")
-        if train is None or train.empty or "step" not in train.columns:
-            empty.append(name)
-        else:
+        if train is not None and not train.empty and "step" in train.columns:
             out[name] = train
+        elif not any(len(stream) for stream in run.streams.values()):  # an eval run has only `tokens`
+            empty.append(name)
     if empty and notify:
-        st.info(f"No steps logged yet in: {', '.join(f'`{n}`' for n in empty)}.", icon=":material/hourglass_empty:")
+        st.info(f"No data logged yet in: {', '.join(f'`{n}`' for n in empty)}.", icon=":material/hourglass_empty:")
     return out
+
+
+def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> pd.DataFrame:
+    """Entropy-law points of RL runs (train counters) and of evaluation runs (per-token `tokens` streams)."""
+    parts = [plots.entropy_points(trains(runs, notify=False), by=by)]
+    covered = set(parts[0]["run"])
+    for name, run in runs.items():
+        tokens = run.streams.get("tokens")
+        if tokens is not None and name not in covered:
+            edges = run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES
+            parts.append(plots.token_points({name: tokens}, edges))
+    parts = [p for p in parts if not p.empty] or parts[:1]
+    return pd.concat(parts, ignore_index=True)
 
 
 def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:

@@ -84,7 +84,9 @@ def _evaluate(node: ast.AST) -> int:
         return -_evaluate(node.operand)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
         left, right = _evaluate(node.left), _evaluate(node.right)
-        return left + right if isinstance(node.op, ast.Add) else left - right if isinstance(node.op, ast.Sub) else left * right
+        if isinstance(node.op, ast.Add):
+            return left + right
+        return left - right if isinstance(node.op, ast.Sub) else left * right
     raise ValueError("not integer + - * arithmetic")
 
 
@@ -180,12 +182,10 @@ class AgentTask(Task):
             text = rng.choice(("", "i need the price.\n", "let me look it up.\n"))
         else:
             text = rng.choice(("", "first the prices.\n", "i look up the prices.\n"))
-        order = rng.sample(range(len(items)), len(items))
-        prices = {}
-        for i in order:
+        for i in rng.sample(range(len(items)), len(items)):  # lookup order is a free choice
             text += self._call(example, text, f"lookup price {looked[i]}") + rng.choice(("\n", " "))
-            prices[i] = int(self.env.run_tool(example, f"lookup price {looked[i]}"))
-        text, value = self._combine(example, rng, [(quantities[i], prices[i]) for i in range(len(items))], text)
+        terms = [(q, meta["prices"][item]) for q, item in zip(quantities, looked)]  # what the lookups returned
+        text, value = self._combine(example, rng, terms, text)
         if rng.chance(0.4) and example.level > 1:
             did = "gets back" if meta["bill"] is not None else "pays"
             text += rng.choice((f"so {meta['name']} {did} {value}.\n", f"that is {value}.\n"))

@@ -150,7 +150,7 @@ class CodeConfig:
         if not self.levels or any(lv not in known for lv in self.levels):
             raise ValueError(f"levels must be a non-empty subset of {known}, got {self.levels}")
         if self.shown_tests < 2 or self.hidden_tests < 0:
-            raise ValueError(f"need shown_tests >= 2 and hidden_tests >= 0, got {self.shown_tests}, {self.hidden_tests}")
+            raise ValueError(f"need shown_tests >= 2, hidden_tests >= 0; got {self.shown_tests}, {self.hidden_tests}")
         if self.max_input + 1 < self.shown_tests + self.hidden_tests or self.max_input < 7:
             raise ValueError(f"max_input={self.max_input} must be >= 7 and leave room for distinct test inputs")
 

@@ -13,8 +13,9 @@ if len(chosen) < 1:
     st.stop()
 names = [state.label(info, root) for info in chosen]
 colors = plots.run_colors(names)
-trains = state.trains(state.load_runs(chosen, root))
-if not trains:
+runs = state.load_runs(chosen, root)
+trains = state.trains(runs)
+if not runs:
     st.stop()
 
 rows = []
@@ -26,14 +27,14 @@ for info in chosen:
         tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
         row["steps"] = len(train)
         if "spec/num_drafts" in train.columns:
-            row["accept_length"] = metrics.derive(metrics.pool(train.to_dict("records")))[plots.ACCEPT_LENGTH]
+            row["accept_length"] = metrics.derive(plots.pooled(train))[plots.ACCEPT_LENGTH]
         for column, short in (("critic/score/mean", "final_reward"), ("actor/entropy", "final_entropy"),
                               ("timing_s/step", "final_step_s")):
             if column in tail.columns:
                 row[short] = float(tail[column].mean())
     rows.append(row)
 summary = pd.DataFrame(rows)
-points = plots.entropy_points(trains)
+points = state.entropy_points(runs)
 summary = summary.merge(plots.entropy_fits(points)[["run", "slope", "r2"]], on="run", how="left")
 st.subheader("Summary")
 st.dataframe(summary, hide_index=True, width="stretch",

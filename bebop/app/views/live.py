@@ -18,7 +18,7 @@ if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
 
-c1, c2, c3, c4, c5 = st.columns([0.8, 1, 2, 1.6, 2], vertical_alignment="bottom")
+c1, c2, c3, c4, c5 = st.columns([1.1, 1.1, 2, 1.8, 2], vertical_alignment="bottom")
 paused = c1.toggle("Pause", key="live_paused", help="stop refreshing (zoom and hover stay)")
 every = c2.selectbox("Refresh every", (2, 5, 10, 30, 60), index=1, format_func=lambda s: f"{s} s", key="live_every")
 x = c3.segmented_control("x-axis", list(plots.X_AXES), default="step", key="live_x",
@@ -34,7 +34,7 @@ colors = plots.run_colors(state.label(info, root) for info in chosen)
 def recent(train, rows: int = 10) -> dict:
     """Pooled rates over the last `rows` steps: what the run does now, not on average."""
     tail = train.tail(rows)
-    return metrics.derive(metrics.pool(tail.to_dict("records"))) if "spec/num_drafts" in tail.columns else {}
+    return metrics.derive(plots.pooled(tail)) if "spec/num_drafts" in tail.columns else {}
 
 
 @st.fragment(run_every=run_every)
@@ -63,12 +63,13 @@ def headline() -> None:
 
 @st.fragment(run_every=run_every)
 def entropy_law() -> None:
-    trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
-    points = plots.entropy_points(trains, by=by)
+    runs = state.load_runs(chosen, root, notify=False)
+    points = state.entropy_points(runs, by=by)
     if points.empty:
         st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
         return
-    y_title = "accept length (tokens / verify step)" if by == "step" else "acceptance rate of drafts in bin"
+    per_step = by == "step" and not points["run"].str.contains(" · ").any()
+    y_title = "accept length (tokens / verify step)" if per_step else "acceptance rate"
     st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
     fits = plots.entropy_fits(points)
     left, right = st.columns([4, 1])

@@ -1,0 +1,117 @@
+"""`RLConfig`: everything one GRPO run needs, validated up front so a typo fails before any work.
+
+Names follow the CLI: `rollout` is how completions are generated ("none" = plain decoding, "to" /
+"rs" = speculative with the MTP head, target-only or rejection-sampling verification), `mtp` is what
+happens to the head during RL ("frozen", the paper's recipe; "online-tv" / "online-ce" train it on each
+step's fresh rollouts with its own optimiser), `mode` is "async" (generation of step t+1 overlaps the
+update of step t) or "sync".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+TASKS = ("math", "code", "agent")
+ROLLOUTS = ("none", "to", "rs")
+MTP_STRATEGIES = ("frozen", "online-tv", "online-ce")
+MODES = ("async", "sync")
+PRESETS = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    task: str = "math"
+    rollout: str = "rs"
+    mtp: str = "frozen"
+    mode: str = "async"
+    steps: int = 20
+    prompts_per_step: int = 8
+    group_size: int = 4  # completions per prompt; advantages are normalised within a group
+    max_new_tokens: int = 96  # per completion, environment replies included
+    temperature: float = 1.0
+    gamma: int = 3  # draft depth for "to" / "rs"
+    lr: float = 1e-4
+    grad_clip: float = 1.0
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0  # > 0 adds β·KL(π_θ ‖ π_ref) against a frozen copy of the starting policy
+    mtp_lr: float = 1e-4  # online strategies: the head's own optimiser
+    mtp_grad_clip: float = 1.0
+    mtp_depth: int = 3  # chain depth of the online head loss
+    level: int | None = None  # task difficulty level (None = the task's mix)
+    checkpoint_every: int = 5  # steps between checkpoints (0 = only at the end)
+    samples_per_step: int = 4  # completions logged to the `samples` stream per step
+    seed: int = 0
+    gen_dtype: str = "auto"  # the rollout snapshot's dtype: "auto" (bf16 where fast) | "fp32" | "bf16"
+    threads: int | None = None  # torch threads; None = all cores (split between generation and update in async)
+
+    def __post_init__(self) -> None:
+        for name, options in (("task", TASKS), ("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)):
+            if getattr(self, name) not in options:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: {list(options)}")
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "gamma", "mtp_depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RLConfig.{name} must be a positive int, got {value!r}")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(f"RLConfig.group_size must be an int >= 2 (GRPO compares a group), got {self.group_size!r}")
+        for name in ("checkpoint_every", "samples_per_step", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"RLConfig.{name} must be a non-negative int, got {value!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"RLConfig.temperature must be > 0 (RL samples), got {self.temperature}")
+        for name in ("lr", "mtp_lr", "kl_coef"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"RLConfig.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("grad_clip", "mtp_grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RLConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"RLConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
+        if self.gen_dtype not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"RLConfig.gen_dtype must be 'auto', 'fp32' or 'bf16', got {self.gen_dtype!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
+        if self.mtp != "frozen" and self.rollout == "none":
+            raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout 'to' or 'rs' "
+                             "(with rollout 'none' there is no head)")
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def uses_head(self) -> bool:
+        return self.rollout != "none"
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "RLConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid names: {list(PRESETS)}")
+        return getattr(cls, name)(**overrides)
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> "RLConfig":
+        """A few minutes on 2 CPU cores with the embedded default."""
+        base = dict(steps=16, prompts_per_step=8, group_size=4, max_new_tokens=96, lr=3e-5, checkpoint_every=4)
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def full(cls, **overrides: Any) -> "RLConfig":
+        """A longer run (tens of minutes on CPU; minutes on a GPU)."""
+        base = dict(steps=200, prompts_per_step=16, group_size=8, max_new_tokens=160, lr=2e-5, checkpoint_every=20)
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def tiny(cls, **overrides: Any) -> "RLConfig":
+        """Seconds per run, for tests."""
+        base = dict(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=12, gamma=2, mtp_depth=2,
+                    lr=1e-3, checkpoint_every=1, samples_per_step=2, gen_dtype="fp32", threads=1)
+        return cls(**{**base, **overrides})
+
+    def replace(self, **changes: Any) -> "RLConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,222 @@
+"""Every dashboard page under streamlit's AppTest, against synthetic runs (torn, corrupt, empty included)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from bebop import dashboard  # noqa: E402
+from bebop.runlog import RunWriter  # noqa: E402
+from bebop.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY = REPO / "app" / "main.py"
+VIEWS = REPO / "bebop" / "app" / "views"
+PAGES = ("live", "speed", "compare", "samples")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    small = dict(steps=14, drafts_per_step=24, samples_per_step=1, sample_tokens=16)
+    write_synthetic_run(root / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
+                                                        mtp_strategy=None, seed=1, **small))
+    write_synthetic_run(root / "rs-tv", SyntheticConfig(name="rs-tv", seed=2, **small))
+    torn = write_synthetic_run(root / "rs-ce", SyntheticConfig(name="rs-ce", mtp_objective="ce", seed=3, **small),
+                               state="running")
+    with open(torn / "train.jsonl", "ab") as f:  # a writer caught mid-line
+        f.write(b'{"step": 14, "spec/gamma": 3, "spec/num_dr')
+    corrupt = write_synthetic_run(root / "group" / "corrupt", SyntheticConfig(name="corrupt", seed=4, **small))
+    lines = (corrupt / "train.jsonl").read_bytes().splitlines(keepends=True)
+    (corrupt / "train.jsonl").write_bytes(b"".join(lines[:5] + [b"{garbage\n"] + lines[5:]))
+    RunWriter(root / "empty", {"task": "code", "rollout": "rs"})  # started, nothing logged yet
+    with RunWriter(root / "eval", {"temperatures": [0.6, 1.0]}, kind="eval-mtp") as w:
+        for i in range(200):
+            w.log("tokens", {"temperature": 1.0, "head": "ce", "method": "rs", "pos": i % 3,
+                             "entropy": (i % 40) / 20, "accepted": int(i % 40 < 28)})
+    return root
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _app(root: Path, monkeypatch, selected: list[str] | None) -> AppTest:
+    monkeypatch.setenv("BEBOP_RUNS", str(root))
+    at = AppTest.from_file(str(ENTRY), default_timeout=60)
+    if selected is not None:
+        at.session_state["runs_selected"] = selected
+    return at.run()
+
+
+def _page(at: AppTest, name: str) -> AppTest:
+    return at.switch_page(str(VIEWS / f"{name}.py")).run()
+
+
+def _charts(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def _n(values) -> int:
+    """Points in a trace's x, as Plotly's JSON carries them (a list, or a base64 typed array)."""
+    if isinstance(values, dict) and "bdata" in values:
+        return len(np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]))
+    return len(values)
+
+
+def _texts(elements) -> str:
+    return " ".join(str(e.value) for e in elements)
+
+
+def test_runs_page_lists_every_run(root, monkeypatch):
+    before = _snapshot(root)
+    at = _app(root, monkeypatch, None)
+    assert not at.exception
+    assert at.title[0].value == "Runs"
+    table = at.dataframe[0].value
+    assert set(table["run"]) == {"plain", "rs-tv", "rs-ce", "group/corrupt", "empty", "eval"}
+    assert set(table.set_index("run").loc[["plain", "rs-ce"], "state"]) == {"finished", "running"}
+    assert table.set_index("run").loc["rs-tv", "mtp_objective"] == "e2e_tv"
+    assert len(at.get("download_button")) >= 1 and len(at.expander) == 6
+    assert {m.label for m in at.metric} == {"running", "finished", "failed", "stale"}
+    assert at.sidebar.text_input(key="runs_root").value == str(root)
+    chosen = at.sidebar.multiselect(key="runs_selected").value
+    assert set(chosen[:2]) == {"rs-ce", "empty"} and len(chosen) == 5  # running runs come first
+    assert _snapshot(root) == before  # the app never writes into run directories
+
+
+def test_live_page(root, monkeypatch):
+    before = _snapshot(root)
+    at = _page(_app(root, monkeypatch, ["rs-tv", "rs-ce", "plain", "group/corrupt", "empty", "eval"]), "live")
+    assert not at.exception
+    assert at.title[0].value == "Live"
+    charts = _charts(at)
+    titles = [c["layout"]["title"]["text"] for c in charts]
+    assert titles[:2] == ["Acceptance vs entropy", "Accept length"]
+    assert {"Acceptance per draft position", "Policy entropy", "Reward"} <= set(titles)
+    scatter = [t for t in charts[0]["data"] if t["mode"] == "markers"]
+    steps = {t["legendgroup"]: _n(t["x"]) for t in scatter}
+    assert steps["rs-tv"] == 14 and steps["rs-ce"] == 14  # the torn 15th line is not read yet
+    assert steps["group/corrupt"] == 14  # the corrupt line is skipped, the rest kept
+    assert "plain" not in steps
+    assert steps["eval · ce rs"] >= 2  # an evaluation run: its per-token law, binned
+    assert "skipped 1 corrupt line" in _texts(at.warning)
+    assert "No data logged yet" in _texts(at.info) and "`empty`" in _texts(at.info)
+    assert "`eval`" not in _texts(at.info)
+    assert len(at.get("download_button")) == len(charts)
+    headline = at.dataframe[0].value.set_index("run")
+    assert headline.loc["rs-ce", "step"] == 13 and headline.loc["rs-ce", "state"] == "running"
+    assert at.toggle(key="live_paused").value is False
+    assert _snapshot(root) == before
+
+
+def test_live_page_follows_a_growing_run(root, monkeypatch, tmp_path):
+    grow = tmp_path / "grow"
+    shutil.copytree(root / "rs-tv", grow / "rs-tv")
+    at = _page(_app(grow, monkeypatch, ["rs-tv"]), "live")
+    first = _n([t for t in _charts(at)[0]["data"] if t["mode"] == "markers"][0]["x"])
+    lines = (grow / "rs-tv" / "train.jsonl").read_bytes().splitlines(keepends=True)
+    with open(grow / "rs-tv" / "train.jsonl", "ab") as f:
+        f.write(lines[-1].replace(b'"step":13', b'"step":14'))
+    at.run()
+    assert _n([t for t in _charts(at)[0]["data"] if t["mode"] == "markers"][0]["x"]) == first + 1
+    shutil.rmtree(grow / "rs-tv")  # deleted while open
+    at.run()
+    assert not at.exception
+    assert "deleted or moved" in _texts(at.sidebar.warning) and "rs-tv" in _texts(at.sidebar.warning)
+
+
+def test_speed_page(root, monkeypatch):
+    at = _page(_app(root, monkeypatch, ["plain", "rs-tv", "rs-ce"]), "speed")
+    assert not at.exception and at.title[0].value == "Speed"
+    assert at.selectbox(key="speed_baseline").value == "plain"  # the run without MTP is the natural baseline
+    titles = [c["layout"]["title"]["text"] for c in _charts(at)]
+    assert titles == ["Throughput", "Step time: generation vs update", "Speedup over plain"]
+    speedup = at.dataframe[0].value.set_index("run")
+    assert speedup.loc["plain", "measured_end_to_end"] == pytest.approx(1.0)
+    assert speedup.loc["rs-tv", "measured_rollout"] > 1.0
+    assert len(at.get("download_button")) == 3
+
+
+def test_compare_page(root, monkeypatch):
+    at = _page(_app(root, monkeypatch, ["plain", "rs-tv", "rs-ce"]), "compare")
+    assert not at.exception and at.title[0].value == "Compare"
+    summary = at.dataframe[0].value.set_index("run")
+    assert summary.loc["rs-ce", "mtp_objective"] == "ce" and summary.loc["plain", "rollout"] == "none"
+    assert summary.loc["rs-tv", "accept_length"] > 1.0
+    titles = [c["layout"]["title"]["text"] for c in _charts(at)]
+    assert titles[0] == "Acceptance vs entropy" and titles[1] == "Pooled acceptance per draft position"
+    assert titles[2].startswith("Eq. 16")
+    assert len(at.get("download_button")) == 4
+    assert any("Eq. 16" in s.value for s in at.subheader)
+
+
+def test_samples_page(root, monkeypatch):
+    at = _page(_app(root, monkeypatch, ["rs-tv"]), "samples")
+    assert not at.exception and at.title[0].value == "Samples"
+    assert {m.label for m in at.metric} == {"reward", "accepted", "recovered", "bonus", "plain"}
+    html = _texts(at.get("html"))
+    assert "border-bottom:3px solid" in html and "nats" in html
+    assert _charts(at)[0]["layout"]["title"]["text"].startswith("Entropy per generated token")
+    assert len(at.get("download_button")) == 1
+    at.select_slider(key="samples_step_rs-tv").set_value(3).run()
+    assert not at.exception
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_without_runs(tmp_path, monkeypatch, page):
+    (tmp_path / "empty-root").mkdir()
+    at = _app(tmp_path / "empty-root", monkeypatch, None)
+    assert "No runs under" in _texts(at.info)
+    at = _page(at, page)
+    assert not at.exception and at.info and not at.get("plotly_chart")
+    at = _app(tmp_path / "missing", monkeypatch, None)
+    assert not at.exception and "does not exist" in _texts(at.info)
+
+
+def test_dashboard_command_flags(tmp_path, monkeypatch):
+    parser = argparse.ArgumentParser()
+    dashboard.add_arguments(parser)
+    args = parser.parse_args(["--runs", str(tmp_path), "--port", "8600"])
+    cmd = dashboard.streamlit_command(args)
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == dashboard.APP_SCRIPT and dashboard.APP_SCRIPT.exists()
+    flags = dict(zip(cmd[5::2], cmd[6::2]))
+    assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8600"
+    assert flags["--server.fileWatcherType"] == "none" and flags["--server.headless"] == "true"
+    assert flags["--browser.gatherUsageStats"] == "false"
+    monkeypatch.delenv("BEBOP_RUNS", raising=False)
+    assert dashboard.runs_root(args) == tmp_path.resolve()
+    with pytest.raises(ValueError, match="--port"):
+        dashboard.streamlit_command(parser.parse_args(["--port", "70000"]))
+
+
+def _refresh_script(root: str) -> None:
+    from pathlib import Path
+
+    import streamlit as st
+
+    from bebop.app import state
+    from bebop.runlog import list_runs
+
+    infos = st.session_state.setdefault("infos", list_runs(root))  # what the page saw when it opened
+    st.write(sorted(state.load_runs(infos, Path(root))))
+
+
+def test_a_run_deleted_between_refreshes_is_a_warning(root, tmp_path):
+    shutil.copytree(root / "rs-tv", tmp_path / "runs" / "a")
+    shutil.copytree(root / "plain", tmp_path / "runs" / "b")
+    at = AppTest.from_function(_refresh_script, args=(str(tmp_path / "runs"),), default_timeout=60).run()
+    assert not at.warning
+    shutil.rmtree(tmp_path / "runs" / "a")
+    at.run()
+    assert not at.exception
+    assert "`a` was deleted or moved" in _texts(at.warning)

@@ -1,0 +1,139 @@
+"""The real thing: the README's dashboard command in headless Chromium, following a run that is still growing.
+
+Needs Debian's chromium (`.ci/install-browser`) and the `playwright` package (never `playwright install`:
+the system browser is driven directly). Skipped with a reason when they are missing on a laptop; in CI
+(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bebop import dashboard
+from bebop.synthetic import SyntheticRun, preview_configs, write_synthetic_run
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = REPO / "artifacts" / "dashboard.png"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+# Markers of the growing run drawn in the acceptance-vs-entropy chart, counted in the chart's SVG: what the
+# user sees (-1: the chart is not on the page yet).
+LIVE_POINTS_JS = """() => {
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const title = (gd.layout && gd.layout.title && gd.layout.title.text) || '';
+    if (!title.includes('Acceptance vs entropy')) continue;
+    const index = (gd.data || []).findIndex(t => t.mode === 'markers' && t.legendgroup === 'live');
+    const traces = gd.querySelectorAll('.scatterlayer .trace');
+    return index < 0 || !traces[index] ? 0 : traces[index].querySelectorAll('path.point').length;
+  }
+  return -1;
+}"""
+
+
+def _require_browser() -> None:
+    missing = []
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (run .ci/install-browser)")
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("the playwright package (pip install playwright)")
+    if missing:
+        reason = "headless browser test needs " + " and ".join(missing)
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(port: int, server: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"dashboard exited with {server.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"dashboard not healthy after {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def _grow(run: SyntheticRun, stop: threading.Event, every: float) -> None:
+    while not stop.wait(every):
+        run.advance()
+
+
+@pytest.mark.timeout(300)
+def test_dashboard_follows_a_growing_run(tmp_path):
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "runs"
+    for config in preview_configs(steps=40)[1:4]:
+        write_synthetic_run(root / config.name, config)
+    live = SyntheticRun(root / "live", replace(preview_configs(steps=200)[3], name="live", seed=11))
+    live.advance(12)
+    stop = threading.Event()
+    writer = threading.Thread(target=_grow, args=(live, stop, 0.5), daemon=True)
+
+    port, log = _free_port(), tmp_path / "server.log"
+    parser = argparse.ArgumentParser()
+    dashboard.add_arguments(parser)
+    args = parser.parse_args(["--runs", str(root), "--port", str(port)])
+    command = dashboard.streamlit_command(args, script=REPO / "app" / "main.py")  # the README's entry
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, cwd=REPO, env={**os.environ, "BEBOP_RUNS": str(root)},
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(port, server, log)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+                args=CHROMIUM_ARGS, viewport={"width": 1440, "height": 2300})
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
+                page.wait_for_function(f"({LIVE_POINTS_JS})() > 0", timeout=90_000)
+                first = page.evaluate(LIVE_POINTS_JS)
+                page.evaluate("window.__bebop_same_page = true")  # gone if the page reloads
+                writer.start()
+                page.wait_for_function(f"({LIVE_POINTS_JS})() >= {first + 3}", timeout=60_000)
+                assert page.evaluate("window.__bebop_same_page === true"), "the page reloaded"
+                page.wait_for_timeout(1500)  # let the other panels finish their redraw for the picture
+                SCREENSHOT.parent.mkdir(exist_ok=True)
+                page.screenshot(path=str(SCREENSHOT), full_page=True)
+                assert page.evaluate(LIVE_POINTS_JS) > first
+            finally:
+                browser.close()
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join(timeout=10)
+        live.close()
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert SCREENSHOT.stat().st_size > 10_000
