@@ -20,8 +20,8 @@ from bebop.mtp import MTPHead
 
 
 def _zero_residual_outputs(layer: torch.nn.Module) -> None:
-    layer.self_attn.o_proj.weight.data.zero_()
-    layer.mlp.down_proj.weight.data.zero_()
+    layer.self_attn.o_proj.weight.zero_()
+    layer.mlp.down_proj.weight.zero_()
 
 
 def self_draft_pair(config: ModelConfig, *, seed: int = 0, logit_std: float = 2.0) -> tuple[Transformer, MTPHead]:

@@ -108,7 +108,11 @@ def test_live_page(root, monkeypatch):
     assert steps["rs-tv"] == 14 and steps["rs-ce"] == 14  # the torn 15th line is not read yet
     assert steps["group/corrupt"] == 14  # the corrupt line is skipped, the rest kept
     assert "plain" not in steps
-    assert steps["eval · ce rs"] >= 2  # an evaluation run: its per-token law, binned
+    assert not any(" · " in run for run in steps)  # per step the y axis is accept length: no eval rates mixed in
+    at.segmented_control(key="live_by").set_value("bin").run()
+    binned = {t["legendgroup"] for t in _charts(at)[0]["data"] if t["mode"] == "markers"}
+    assert {"rs-tv", "eval · ce rs"} <= binned  # per entropy bin, an evaluation run's per-token law joins
+    assert _charts(at)[0]["layout"]["yaxis"]["title"]["text"].startswith("acceptance rate")
     assert "skipped 1 corrupt line" in _texts(at.warning)
     assert "No data logged yet" in _texts(at.info) and "`empty`" in _texts(at.info)
     assert "`eval`" not in _texts(at.info)

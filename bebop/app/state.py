@@ -114,9 +114,15 @@ def trains(runs: Mapping[str, Run], *, notify: bool = True) -> dict[str, pd.Data
     return out
 
 
-def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> pd.DataFrame:
-    """Entropy-law points of RL runs (train counters) and of evaluation runs (per-token `tokens` streams)."""
+def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> tuple[pd.DataFrame, str]:
+    """Entropy-law points and their y-axis title, for RL runs (train counters) and evaluation runs.
+
+    Per step the y axis is the accept length, so evaluation runs (per-token `tokens` streams, whose y is an
+    acceptance rate) join only when no RL run has points; per entropy bin both are acceptance rates.
+    """
     parts = [plots.entropy_points(trains(runs, notify=False), by=by)]
+    if by == "step" and not parts[0].empty:
+        return parts[0], "accept length (tokens / verify step)"
     covered = set(parts[0]["run"])
     for name, run in runs.items():
         tokens = run.streams.get("tokens")
@@ -124,7 +130,7 @@ def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> pd.DataFrame
             edges = run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES
             parts.append(plots.token_points({name: tokens}, edges))
     parts = [p for p in parts if not p.empty] or parts[:1]
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat(parts, ignore_index=True), "acceptance rate (accepted / reached drafts)"
 
 
 def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:

@@ -77,7 +77,7 @@ class OnlineMTP:
         with torch.no_grad():
             alpha = acceptance_alpha(draft_logits.detach(), target_logits, self.temperature)  # [B, L, γ]
             d_tv = ((1 - alpha).mean(-1) * mask).sum() / mask.sum()
-        return {f"mtp/loss/{self.objective}": float(loss), "mtp/d_tv_mean": float(d_tv),
+        return {f"mtp/loss/{self.objective}": float(loss.detach()), "mtp/d_tv_mean": float(d_tv),
                 "mtp/grad_norm": float(grad_norm), "mtp/online_update": 1}
 
     def state_dict(self) -> dict | None:

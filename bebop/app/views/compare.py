@@ -34,7 +34,7 @@ for info in chosen:
                 row[short] = float(tail[column].mean())
     rows.append(row)
 summary = pd.DataFrame(rows)
-points = state.entropy_points(runs)
+points, y_title = state.entropy_points(runs)
 summary = summary.merge(plots.entropy_fits(points)[["run", "slope", "r2"]], on="run", how="left")
 st.subheader("Summary")
 st.dataframe(summary, hide_index=True, width="stretch",
@@ -48,7 +48,7 @@ with left:
     if points.empty:
         st.info("None of these runs used MTP rollouts, so there is no acceptance to compare.")
     else:
-        st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors), key="compare_entropy_law")
+        st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="compare_entropy_law")
         state.download(points, "compare_acceptance_vs_entropy.csv", key="dl_compare_entropy_law")
 with right:
     table = plots.positions(trains)

@@ -64,12 +64,10 @@ def headline() -> None:
 @st.fragment(run_every=run_every)
 def entropy_law() -> None:
     runs = state.load_runs(chosen, root, notify=False)
-    points = state.entropy_points(runs, by=by)
+    points, y_title = state.entropy_points(runs, by=by)
     if points.empty:
         st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
         return
-    per_step = by == "step" and not points["run"].str.contains(" · ").any()
-    y_title = "accept length (tokens / verify step)" if per_step else "acceptance rate"
     st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
     fits = plots.entropy_fits(points)
     left, right = st.columns([4, 1])
