@@ -9,6 +9,7 @@ import sys
 # name -> (module, help). Each module exposes add_arguments(parser) and run(args) -> int | None.
 COMMANDS = {
     "demo": ("bebop.demo", "the README's main job: a short end-to-end demonstration"),
+    "dashboard": ("bebop.dashboard", "serve the live Streamlit dashboard over a runs root"),
 }
 BENCHMARKS = {
     "losses": ("bebop.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
