@@ -64,7 +64,8 @@ def _median_time(fn, repeats: int) -> tuple[float, object]:
 
 @torch.inference_mode()
 def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int = 20) -> dict[str, float]:
-    """Seconds for a one-token target forward, a (γ+1)-token target forward and one head step, at `context`."""
+    """Seconds at `context` for a one-token target forward, a (γ+1)-token target forward (verification), and the
+    head's share per draft token: one catch-up pass over γ+1 tokens plus γ-1 single steps, divided by γ."""
     cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
     cache.lengths.fill_(context)
     draft_cache.lengths.fill_(context)
@@ -73,14 +74,18 @@ def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int =
     hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
     kv = context + gamma + 1
 
-    def head_step():
-        _, out = head.forward_cached(model, hidden, one, draft_cache, kv_len=kv, compute_logits=False)
-        return head.logits(model, out)
+    hidden_many = hidden.expand(batch, gamma + 1, -1)
 
+    def head_step(tokens, h):
+        _, out = head.forward_cached(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
+        return head.logits(model, out[:, -1:])
+
+    catch_up = _median_time(lambda: head_step(many, hidden_many), repeats)[0]
+    single = _median_time(lambda: head_step(one, hidden), repeats)[0]
     return {
         "target_1": _median_time(lambda: model(one, cache, kv_len=kv), repeats)[0],
         "target_verify": _median_time(lambda: model(many, cache, kv_len=kv), repeats)[0],
-        "draft_step": _median_time(head_step, repeats)[0],
+        "draft_step": (catch_up + (gamma - 1) * single) / gamma,
     }
 
 
