@@ -76,7 +76,7 @@ class Engine:
         self._check(prompts, config)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(config.seed if config.seed is not None else int(torch.seed()))
-        counters = SpecCounters(gamma=max(config.gamma, 1), method=config.method if config.gamma else "plain")
+        verdicts: list[list[float]] = []  # per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
         timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
         out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size)
         start = time.perf_counter()
@@ -86,9 +86,9 @@ class Engine:
         steps = 0
         while batch.rows:
             steps += 1
-            self._step(batch, config, generator, out, counters, timing)
+            self._step(batch, config, generator, out, verdicts, timing)
         wall = time.perf_counter() - start
-        return out.build(self._stats(out, counters, timing, wall, steps, config))
+        return out.build(self._stats(out, verdicts, timing, wall, steps, config))
 
     # ----------------------------------------------------------------------------------------------
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
@@ -216,7 +216,7 @@ class Engine:
         draft_probs = torch.stack(probs, 1) if config.method == "rs" else None
         return torch.stack(tokens, 1), draft_probs
 
-    def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, counters: SpecCounters, timing) -> None:
+    def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
         gamma, device = config.gamma, self.device
         t0 = time.perf_counter()
         # 1. draft
@@ -242,12 +242,12 @@ class Engine:
         emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
         logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
         ent = entropy(target_probs)  # [B, γ+1]
-        if gamma > 0:
-            counters.update(num_accepted, ent[:, :gamma], validate=False)
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: HOST SYNC (the one per step)
         host = torch.cat([num_accepted[:, None].double(), emitted.double(), logp.double(), ent.double()], 1).tolist()
+        if gamma > 0:
+            verdicts += [[row[0], *row[2 * gamma + 3 : 3 * gamma + 3]] for row in host]
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
         keep, kept_accepted, parked = [], [], []
         for i, row in enumerate(host):
@@ -292,7 +292,7 @@ class Engine:
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
 
-    def _stats(self, out: RolloutBuilder, counters: SpecCounters, timing, wall: float, steps: int, config) -> dict:
+    def _stats(self, out: RolloutBuilder, verdicts: list, timing, wall: float, steps: int, config) -> dict:
         generated = sum(len(t) for t in out.tokens)
         stats = {
             "num_prompts": len(out.tokens),
@@ -303,6 +303,10 @@ class Engine:
             **{f"timing_s/{k}": v for k, v in timing.items()},
         }
         if config.gamma > 0:
+            counters = SpecCounters(gamma=config.gamma, method=config.method)
+            if verdicts:
+                table = torch.tensor(verdicts, dtype=torch.float64)  # [N, 1+γ]
+                counters.update(table[:, 0].long(), table[:, 1:], validate=False)
             counts = counters.to_dict()
             stats.update(counts)
             stats.update(derive(counts))
