@@ -153,6 +153,9 @@ class Engine:
         rows = torch.arange(len(feeds), device=device)
         kv_len = max(s for _, s, _ in feeds) + width
         whole = [i for i, _, _ in feeds] == list(range(len(batch.rows)))  # e.g. prefill: no sub-cache copies
+        for cache in (batch.cache, batch.draft_cache):
+            if cache is not None:
+                cache.grow(kv_len)
         cache = batch.cache if whole else batch.cache.select(index)
         cache.lengths.copy_(starts)
         _, hidden = self.model(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]

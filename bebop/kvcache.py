@@ -95,6 +95,20 @@ class KVCache:
         self.v.index_copy_(1, rows, sub.v)
         self.lengths.index_copy_(0, rows, sub.lengths)
 
+    def grow(self, max_len: int) -> None:
+        """Make room for `max_len` slots per row (a no-op if there is room): a padded multi-row write reaches
+        max(lengths) + width, past what any single row needs, e.g. when environment replies of different
+        lengths are fed to rows at different positions."""
+        if max_len <= self.max_len:
+            return
+        shape = (*self.k.shape[:3], max_len, self.k.shape[4])
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = torch.zeros(shape, dtype=old.dtype, device=old.device)
+            new[:, :, :, : self.max_len] = old
+            setattr(self, name, new)
+        self.max_len = max_len
+
     def advance(self, n: torch.Tensor) -> None:
         """Grow each row by its own count: lengths += n, n [B] long (device; no host sync)."""
         if n.shape != self.lengths.shape:

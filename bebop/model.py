@@ -259,7 +259,10 @@ def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rop
     visible = slots <= pos[..., None]  # [B, S, kv_len]: slot j is visible to query s iff j <= lengths[b] + s
     bias = torch.zeros(visible.shape, dtype=cache.dtype, device=cache.device).masked_fill_(~visible, -math.inf)
     rows = torch.arange(cache.batch, device=cache.device)[:, None]  # [B, 1]
-    cos, sin = rope_cos[pos][:, None], rope_sin[pos][:, None]  # [B, 1, S, D]
+    # Only padding slots of a multi-row write can lie past the RoPE table (real positions are bounds-checked
+    # by the caller); clamping them keeps the gather in range, and those slots are never attended to.
+    rope_pos = pos.clamp(max=rope_cos.shape[0] - 1)
+    cos, sin = rope_cos[rope_pos][:, None], rope_sin[rope_pos][:, None]  # [B, 1, S, D]
     return cos, sin, dict(rows=rows, pos=pos, bias=bias[:, None, None])
 
 

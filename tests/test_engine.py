@@ -232,3 +232,23 @@ def test_env_reply_out_of_range_is_a_clear_error(tiny_pair):
     config = GenerationConfig(max_new_tokens=8, gamma=0, temperature=0, stop_tokens=tuple(range(64)))
     with pytest.raises(ValueError, match="env reply"):
         Engine(model).generate([[1, 2]], config, env=lambda row, tokens: [999])
+
+
+@pytest.mark.parametrize("gamma", [0, 2])
+def test_env_replies_of_different_lengths_at_different_positions(tiny_pair, gamma):
+    """A padded multi-row feed reaches max(start) + max(width): past what any one row needs."""
+    model, head = tiny_pair
+    calls: dict[int, int] = {}
+
+    def env(row: int, tokens: list[int]):
+        calls[row] = calls.get(row, 0) + 1
+        if row == 0:
+            return [5, 5]  # row 0 runs ahead: 3 tokens a turn against row 1's 2
+        return [5] * (10 if calls[row] >= 18 else 1)  # late in row 0's budget, row 1 sends a long reply
+
+    prompts = [[1] * 40, [2]]
+    config = GenerationConfig(max_new_tokens=60, gamma=gamma, seed=0, stop_tokens=tuple(range(64)))
+    rollout = Engine(model, head).generate(prompts, config, env=env)
+    assert [len(t) for t in rollout.tokens] == [60, 60]
+    runs = "".join("e" if o == "env" else "." for o in rollout.origin[1]).split(".")
+    assert max(len(r) for r in runs) == 10  # the long reply went in whole

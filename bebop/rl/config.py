@@ -43,7 +43,7 @@ class RLConfig:
     samples_per_step: int = 4  # completions logged to the `samples` stream per step
     seed: int = 0
     gen_dtype: str = "auto"  # the rollout snapshot's dtype: "auto" (bf16 where fast) | "fp32" | "bf16"
-    threads: int | None = None  # torch threads; None = all cores (split between generation and update in async)
+    threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
 
     def __post_init__(self) -> None:
         for name, options in (("task", TASKS), ("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)):

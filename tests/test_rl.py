@@ -1,0 +1,371 @@
+"""The GRPO trainer (bebop.rl): learning signal, lossless MTP rollouts, strategies, async, resume, bad input.
+
+Runs on a 2-layer random-init policy and a toy task (reward = fraction of digits in the completion), which
+a working gradient lifts within a dozen steps and a broken one cannot; each run takes about a second."""
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bebop.model import ModelConfig, Transformer
+from bebop.mtp import MTPHead
+from bebop.rl import OnlineMTP, RLConfig, Trainer
+from bebop.rl.checkpoint import checkpoint_path
+from bebop.rl.cli import add_arguments, config_from_args
+from bebop.rl.rollouts import align, collect, sample_examples
+from bebop.rollout import GenerationConfig, Rollout
+from bebop.engine import Engine
+from bebop.runlog import load_run
+from bebop.tasks import Example
+from bebop.tokenizer import CharTokenizer
+
+class Digits:
+    """Toy task: any prompt; reward = fraction of completion characters that are digits."""
+
+    name = "digits"
+    levels = (1,)
+    stop_strings = ("<eos>",)
+    env = None
+
+    def sample(self, n, seed, level=None):
+        return [Example(prompt=f"go {(seed + i) % 7}:\n", answer=0, level=1, task="digits") for i in range(n)]
+
+    def rewards(self, examples, completions):
+        return [sum(c.isdigit() for c in s) / max(len(s), 1) for s in completions]
+
+
+MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=32, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return CharTokenizer()
+
+
+@pytest.fixture(scope="module")
+def pair(tok):
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
+    return Transformer(config), MTPHead(config)
+
+
+def train(pair, tok, tmp_path, name, **overrides):
+    model, head = pair
+    config = RLConfig.tiny(**{"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 16, **overrides})
+    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / name, task=Digits())
+    return trainer, trainer.run()
+
+
+def rewards(records):
+    return [r["critic/score/mean"] for r in records]
+
+
+# ------------------------------------------------------------------------------------- learning signal
+def test_grpo_raises_reward_where_a_zero_learning_rate_does_not(pair, tok, tmp_path):
+    _, learn = train(pair, tok, tmp_path, "learn", steps=14, lr=1e-2, rollout="rs")
+    _, still = train(pair, tok, tmp_path, "still", steps=14, lr=0.0, rollout="rs")
+    first, last = sum(rewards(learn)[:4]) / 4, sum(rewards(learn)[-4:]) / 4
+    baseline = sum(rewards(still)[-4:]) / 4
+    assert last > first + 0.05, rewards(learn)
+    assert last > baseline + 0.05, (rewards(learn), rewards(still))
+    assert abs(sum(rewards(still)[:4]) / 4 - baseline) < 0.04  # lr=0: nothing moves
+
+
+def test_mtp_rollouts_leave_reward_curves_statistically_unchanged(pair, tok, tmp_path):
+    """Lossless rollouts: same seed, plain vs RS vs TO reach the same rewards within sampling noise."""
+    final = {}
+    for rollout in ("none", "rs", "to"):
+        runs = [train(pair, tok, tmp_path, f"{rollout}-{seed}", steps=10, lr=1e-2, rollout=rollout, seed=seed)[1]
+                for seed in (0, 1, 2)]
+        final[rollout] = torch.tensor([rewards(r)[-3:] for r in runs]).flatten()  # [9]
+    for rollout in ("rs", "to"):
+        a, b = final["none"], final[rollout]
+        se = ((a.var() + b.var()) / len(a)).sqrt()
+        assert abs(float(a.mean() - b.mean())) < 3 * float(se) + 0.02, (final, rollout)
+
+
+def test_frozen_head_is_bit_identical_and_online_head_moves(pair, tok, tmp_path):
+    model, head = pair
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    frozen, recs = train(pair, tok, tmp_path, "frozen", steps=3, lr=1e-2, mtp="frozen")
+    for k, v in frozen.head.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(r["mtp/online_update"] == 0 for r in recs)
+    for strategy, objective in (("online-tv", "e2e_tv"), ("online-ce", "ce")):
+        online, recs = train(pair, tok, tmp_path, strategy, steps=3, lr=1e-2, mtp=strategy, mtp_lr=1e-2)
+        assert any(not torch.equal(v, before[k]) for k, v in online.head.state_dict().items())
+        assert all(r["mtp/online_update"] == 1 and f"mtp/loss/{objective}" in r for r in recs)
+        assert 0 <= recs[-1]["mtp/d_tv_mean"] <= 1
+    for k, v in head.state_dict().items():  # the caller's head is never modified
+        assert torch.equal(v, before[k])
+
+
+def test_online_draft_loss_never_reaches_the_policy(pair, tok):
+    model, head = pair
+    policy, draft = Transformer(model.config), MTPHead(model.config)
+    policy.load_state_dict(model.state_dict())
+    draft.load_state_dict(head.state_dict())
+    online = OnlineMTP(draft, "online-tv", lr=1e-2, grad_clip=1.0, depth=2)
+    tokens = torch.randint(0, tok.vocab_size, (3, 20))
+    logits, hidden = policy(tokens)  # with grad: the head must detach it
+    stats = online.update(policy, hidden, logits, tokens, torch.tensor([20, 18, 15]), torch.tensor([4, 4, 4]))
+    assert stats["mtp/online_update"] == 1
+    assert all(p.grad is None for p in policy.parameters())
+    assert any(p.grad is not None for p in draft.parameters())
+    torch.testing.assert_close(policy.state_dict(), model.state_dict())
+    with pytest.raises(ValueError, match="unknown MTP strategy"):
+        OnlineMTP(draft, "online-kl", lr=1e-3, grad_clip=1.0, depth=2)
+
+
+# ----------------------------------------------------------------------------------------------- async
+def test_async_trains_on_one_step_stale_behaviour_logprobs_and_overlaps(pair, tok, tmp_path):
+    _, sync = train(pair, tok, tmp_path, "sync", steps=5, lr=1e-2, mode="sync")
+    _, asyn = train(pair, tok, tmp_path, "async", steps=5, lr=1e-2, mode="async")
+    assert [r["staleness"] for r in sync] == [0] * 5
+    assert [r["staleness"] for r in asyn] == [0] + [1] * 4
+    assert [r["policy_version"] for r in asyn] == [0, 0, 1, 2, 3]
+    # Sync: behaviour = current policy (fp32), ratio 1 up to rounding. Async: the ratio sees the last update.
+    sync_kl = max(abs(r["actor/ppo_kl"]) for r in sync)
+    async_kl = max(abs(r["actor/ppo_kl"]) for r in asyn[1:])
+    assert sync_kl < 1e-4 and async_kl > 20 * max(sync_kl, 1e-6), (sync_kl, async_kl)
+    assert sum(r["timing_s/overlap"] for r in asyn) > 0  # generation really ran during the update
+    assert all(r["timing_s/overlap"] == 0 for r in sync)
+
+
+def test_update_uses_the_batch_behaviour_logprobs(pair, tok, tmp_path):
+    model, head = pair
+    trainer = Trainer(RLConfig.tiny(rollout="none", lr=0.0), model, tok, run_dir=tmp_path / "u", task=Digits())
+    batch = trainer._generate(0, 0)
+    exact = trainer.update(batch)["actor/ppo_kl"]
+    batch.behaviour_logprobs = batch.behaviour_logprobs - 0.5 * batch.policy_mask
+    assert trainer.update(batch)["actor/ppo_kl"] == pytest.approx(exact - 0.5, abs=1e-4)
+    trainer.writer.close()
+
+
+# ------------------------------------------------------------------------------------- logs and shapes
+def test_streams_hold_the_design_names_and_samples(pair, tok, tmp_path):
+    trainer, _ = train(pair, tok, tmp_path, "logs", steps=2, rollout="rs", samples_per_step=3)
+    run = load_run(tmp_path / "logs")
+    train_rows, samples = run.streams["train"], run.streams["samples"]
+    for key in ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/ppo_kl",
+                "response_length/mean", "timing_s/gen", "timing_s/update_actor", "timing_s/step",
+                "perf/throughput", "spec/num_drafts", "spec/num_accepted_tokens_per_pos/0", "spec/accept_length",
+                "spec/by_entropy/0/num_draft_tokens", "mtp/online_update"):
+        assert key in train_rows.columns, key
+    assert list(train_rows["step"]) == [0, 1] and run.status["state"] == "finished"
+    assert list(samples.groupby("step").size()) == [3, 3]
+    row = samples.iloc[0]
+    assert len(row["pieces"]) == len(row["origin"]) == len(row["entropy"])
+    assert set(row["origin"]) <= {"plain", "accepted", "recovered", "bonus", "env"}
+
+
+def test_align_masks_prompt_padding_and_env_tokens():
+    prompts = [[5, 6, 7], [5]]
+    rollout = Rollout(tokens=[[10, 11, 12], [20]], logprobs=[[-1.0, 0.0, -3.0], [-2.0]],
+                      entropy=[[0.1, 0.0, 0.3], [0.2]], origin=[["plain", "env", "accepted"], ["plain"]],
+                      finish_reason=["stop", "length"])
+    tokens, lengths, prompt_lengths, targets, mask, logprobs = align(prompts, rollout, pad_id=0)
+    assert tokens.tolist() == [[5, 6, 7, 10, 11, 12], [5, 20, 0, 0, 0, 0]]
+    assert lengths.tolist() == [6, 2] and prompt_lengths.tolist() == [3, 1]
+    assert mask.tolist() == [[False, False, True, False, True], [True, False, False, False, False]]
+    assert logprobs[0, 2] == -1.0 and logprobs[0, 4] == -3.0 and logprobs[1, 0] == -2.0
+    assert torch.equal(targets, tokens[:, 1:])
+
+
+def test_agent_rollouts_are_multi_turn_with_env_tokens_masked(pair, tok):
+    from bebop.tasks import get
+
+    model, _ = pair
+    task = get("agent")
+    examples = sample_examples(task, 2, 2, seed=0)
+    # A policy that always closes a tool call right away: every stop gets an environment reply.
+    close = tok.token_id("</call>")
+    with torch.no_grad():
+        bias = torch.full((tok.vocab_size,), -30.0)
+        bias[close] = 30.0
+        forced = Transformer(model.config)
+        forced.load_state_dict(model.state_dict())
+        forced.lm_head = torch.nn.Linear(model.config.hidden_size, tok.vocab_size)
+        forced.lm_head.weight.zero_()
+        forced.lm_head.bias.copy_(bias)
+    engine = Engine(forced.eval(), None)
+    batch = collect(engine, task, tok, examples, GenerationConfig(max_new_tokens=40, gamma=0, seed=0))
+    origins = batch.rollout.origin[0]
+    assert "env" in origins and origins[0] == "plain"
+    text = batch.completions[0]
+    assert text.startswith("</call><result>")
+    env_positions = [i for i, o in enumerate(origins) if o == "env"]
+    P = len(batch.prompts[0])
+    assert not batch.policy_mask[0, [P - 1 + i for i in env_positions]].any()
+    assert batch.policy_mask[0, P - 1]
+
+
+# ---------------------------------------------------------------------------------------------- resume
+SCRIPT = "from bebop.tasks import Example\n" + inspect.getsource(Digits) + '''
+import sys, torch
+from bebop.model import ModelConfig, Transformer
+from bebop.mtp import MTPHead
+from bebop.rl import RLConfig, Trainer
+from bebop.tokenizer import CharTokenizer
+tok = CharTokenizer()
+torch.manual_seed(0)
+config = ModelConfig.tiny(vocab_size=tok.vocab_size, **{model})
+model, head = Transformer(config), MTPHead(config)
+rl = RLConfig.tiny(steps=int(sys.argv[2]), prompts_per_step=4, group_size=4, max_new_tokens=24, lr=1e-2,
+                   checkpoint_every=3, samples_per_step=2)
+Trainer(rl, model, tok, head=head, run_dir=sys.argv[1], task=Digits(), resume=sys.argv[3] == "resume").run()
+'''.replace("{model}", repr(MODEL))
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_sigkill_mid_run_then_resume_logs_every_step_exactly_once(tmp_path):
+    script, run_dir, steps = tmp_path / "job.py", tmp_path / "run", 16
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    job = subprocess.Popen([sys.executable, str(script), str(run_dir), str(steps), "new"], env=env)
+    deadline = time.time() + 60
+    while _lines(run_dir / "train.jsonl") < 5 and job.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.05)  # somewhere inside a step
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    logged = _lines(run_dir / "train.jsonl")
+    assert 5 <= logged < steps, "the job must be killed mid-run"
+    assert checkpoint_path(run_dir).exists()
+    subprocess.run([sys.executable, str(script), str(run_dir), str(steps), "resume"], env=env, check=True, timeout=120)
+    run = load_run(run_dir)
+    assert list(run.streams["train"]["step"]) == list(range(steps))
+    assert run.streams["samples"].groupby("step").size().tolist() == [2] * steps
+    assert run.status["state"] == "finished" and run.skipped_lines == 0
+    assert len(run.meta["resumes"]) == 1
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("field, value, match", [("task", "chess", "unknown task"), ("mtp", "online-kl", "unknown mtp"),
+                                                 ("rollout", "eagle", "unknown rollout"), ("mode", "lazy", "unknown mode"),
+                                                 ("group_size", 1, "group_size")])
+def test_config_rejects_bad_names(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        RLConfig.tiny(**{field: value})
+    with pytest.raises(ValueError, match="unknown preset"):
+        RLConfig.preset("huge")
+    with pytest.raises(ValueError, match="needs rollout"):
+        RLConfig.tiny(rollout="none", mtp="online-tv")
+
+
+def test_cli_rejects_bad_names_before_loading_a_model(tmp_path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--task", "chess", "--out", str(tmp_path / "x")])
+    with pytest.raises(ValueError, match="unknown task 'chess'"):
+        config_from_args(args)
+    args = parser.parse_args(["--out", str(tmp_path / "x"), "--sync", "--rollout", "to", "--steps", "3"])
+    config = config_from_args(args)
+    assert (config.mode, config.rollout, config.steps) == ("sync", "to", 3)
+
+
+def test_head_that_does_not_fit_the_policy_is_refused(pair, tok, tmp_path):
+    model, _ = pair
+    for change in (dict(vocab_size=tok.vocab_size + 1), dict(hidden_size=96)):
+        other = MTPHead(ModelConfig.tiny(**{**MODEL, "vocab_size": tok.vocab_size, **change}))
+        with pytest.raises(ValueError, match="does not match the policy"):
+            Trainer(RLConfig.tiny(), model, tok, head=other, run_dir=tmp_path / "h", task=Digits())
+    with pytest.raises(ValueError, match="pass head="):
+        Trainer(RLConfig.tiny(rollout="rs"), model, tok, run_dir=tmp_path / "h", task=Digits())
+    assert not (tmp_path / "h").exists()
+
+
+def test_unwritable_run_dir_is_a_clear_error(pair, tok, tmp_path):
+    model, head = pair
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises((PermissionError, NotADirectoryError), match="run_dir"):
+        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=blocker / "run", task=Digits())
+    with pytest.raises(FileNotFoundError, match="cannot resume"):
+        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=tmp_path / "missing", task=Digits(), resume=True)
+
+
+def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pair, tok, tmp_path):
+    train(pair, tok, tmp_path, "done", steps=2)
+    run_dir = tmp_path / "done"
+    model, head = pair
+    with pytest.raises(FileExistsError):
+        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits())
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "checkpoint.pt"}
+    checkpoint_path(run_dir).write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt"):
+        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "checkpoint.pt"} == before
+    with pytest.raises(ValueError, match="different config"):
+        checkpoint_path(run_dir).unlink()
+        train(pair, tok, tmp_path, "other", steps=2)
+        Trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(), resume=True)
+
+
+# ------------------------------------------------------------------------------------- CLI and bench
+@pytest.fixture(scope="module")
+def policy_dir(pair, tok, tmp_path_factory):
+    from bebop.checkpoint import save_head
+    from bebop.model import save_pretrained
+
+    model, head = pair
+    path = tmp_path_factory.mktemp("policy")
+    save_pretrained(model, path)
+    tok.save(path)
+    for name in ("ce", "e2e_tv"):
+        save_head(head, path / "heads" / name)
+    return path
+
+
+def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, capsys):
+    import argparse
+
+    from bebop.rl import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    argv = ["--policy", str(policy_dir), "--out", str(tmp_path / "run"), "--steps", "2", "--threads", "1",
+            "--no-progress", "--task", "agent", "--mtp", "online-ce"]
+    assert cli.run(parser.parse_args(argv)) == 0
+    assert cli.run(parser.parse_args(argv[:5] + ["3"] + argv[6:] + ["--resume"])) == 0
+    run = load_run(tmp_path / "run")
+    assert list(run.streams["train"]["step"]) == [0, 1, 2]
+    assert run.meta["config"]["task"] == "agent" and run.meta["head"] == "e2e_tv"
+    assert "streamlit run app/main.py" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="--head"):
+        cli.run(parser.parse_args(["--policy", str(policy_dir), "--out", str(tmp_path / "r2"), "--head", "nope"]))
+
+
+def test_bench_rl_writes_the_speedups(policy_dir, tmp_path):
+    import argparse
+
+    from bebop.bench import rl as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    out = tmp_path / "bench.json"
+    args = parser.parse_args(["--policy", str(policy_dir), "--json", str(out), "--steps", "3", "--prompts", "2",
+                              "--group", "2", "--max-new-tokens", "16", "--tasks", "math", "agent", "--with-sync"])
+    assert bench.run(args) == 0
+    result = json.loads(out.read_text())
+    assert result["speedup_end_to_end"] > 0 and result["speedup_rollout"] > 0
+    assert set(result["tasks"]) == {"math", "agent"}
+    assert result["tasks"]["math"]["speedup_async_over_sync"] > 0 and "math-none-sync" in result["tasks"]["math"]["runs"]
+    runs = result["tasks"]["agent"]["runs"]
+    assert runs["agent-rs-e2e_tv"]["accept_length"] >= 1 and "accept_length" not in runs["agent-none"]
+    with pytest.raises(ValueError, match="unknown task"):
+        bench.run(parser.parse_args(["--policy", str(policy_dir), "--tasks", "chess"]))
