@@ -257,7 +257,8 @@ def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rop
     pos = cache.positions(num_new)  # [B, S]
     slots = torch.arange(kv_len, device=cache.device)  # [kv_len]
     visible = slots <= pos[..., None]  # [B, S, kv_len]: slot j is visible to query s iff j <= lengths[b] + s
-    bias = torch.zeros(visible.shape, dtype=cache.dtype, device=cache.device).masked_fill_(~visible, -math.inf)
+    zero = torch.zeros((), dtype=cache.dtype, device=cache.device)
+    bias = torch.where(visible, zero, zero - math.inf)  # [B, S, kv_len] 0 where visible, -inf elsewhere
     rows = torch.arange(cache.batch, device=cache.device)[:, None]  # [B, 1]
     # Only padding slots of a multi-row write can lie past the RoPE table (real positions are bounds-checked
     # by the caller); clamping them keeps the gather in range, and those slots are never attended to.
