@@ -56,6 +56,7 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp),
               metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)  # safetensors creates it 0600; checkpoints ship as package data and are shared
     os.replace(tmp, path)
 
 

@@ -38,12 +38,14 @@ def parse_tasks(names: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def encode_demo(tokenizer: CharTokenizer, example: Example, solution: str) -> tuple[list[int], list[bool]]:
-    """(tokens, loss_mask) for `prompt + solution + EOS`: loss on the tokens the policy writes."""
+def encode_demo(tokenizer: CharTokenizer, example: Example, solution: str, *,
+                prompt_loss: bool = False) -> tuple[list[int], list[bool]]:
+    """(tokens, loss_mask) for `prompt + solution + EOS`: loss on the tokens the policy writes, and on the
+    prompt too with `prompt_loss` (prompts repeat names and numbers, which teaches copying from context)."""
     prompt = tokenizer.encode(example.prompt)
     answer = tokenizer.encode(solution + EOS)
     written = tool_mask(answer, tokenizer.token_id(RESULT_OPEN), tokenizer.token_id(RESULT_CLOSE))
-    return prompt + answer, [False] * len(prompt) + written
+    return prompt + answer, [prompt_loss] * len(prompt) + written
 
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,7 +60,7 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch
 
 
 def demo_batches(task_names: Sequence[str], tokenizer: CharTokenizer, *, batch_size: int, error_rate: float,
-                 seed: int, bucket: int = 4) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                 seed: int, bucket: int = 4, prompt_loss: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless (tokens [B, T], loss_mask [B, T] bool) batches of demonstrations, tasks mixed evenly.
 
     Deterministic for a seed: prompts come from `task.sample(.., seed=seed + chunk)` and phrasing from one
@@ -68,13 +70,13 @@ def demo_batches(task_names: Sequence[str], tokenizer: CharTokenizer, *, batch_s
     chunk = 0
     while True:
         n = batch_size * bucket
-        per_task = [tasks[i].sample(n // len(tasks) + 1, seed=seed * 1000 + chunk) for i in range(len(tasks))]
         picks = torch.randint(len(tasks), (n,), generator=generator).tolist()
+        per_task = [iter(task.sample(picks.count(i), seed=seed * 1000 + chunk)) for i, task in enumerate(tasks)]
         seqs = []
-        for j, t in enumerate(picks):
-            example = per_task[t][j // len(tasks)]
+        for t in picks:
+            example = next(per_task[t])
             solution = tasks[t].demonstration(example, generator, error_rate=error_rate)
-            seqs.append(encode_demo(tokenizer, example, solution))
+            seqs.append(encode_demo(tokenizer, example, solution, prompt_loss=prompt_loss))
         seqs.sort(key=lambda s: len(s[0]))
         order = torch.randperm(bucket, generator=generator).tolist()
         for b in order:

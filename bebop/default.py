@@ -10,11 +10,25 @@ Files (package data, bebop/assets/default/):
     special_tokens_map.json
     heads/{objective}/head.json, head.safetensors   one MTP head per training objective (save_head)
 
-How they were made (reproduce with the same commands; see bebop.pretrain and bebop.train_mtp):
+How they were made (seed 0 throughout; see bebop.pretrain and bebop.train_mtp):
     bebop pretrain --out bebop/assets/default
-    bebop train-mtp --policy bebop/assets/default --objective ce     --out bebop/assets/default/heads/ce \\
-        --data runs/mtp-data.pt
-    (the same for tv and e2e_tv, with the same --data so every head sees the same samples)
+    # a CE-trained base head, standing in for the MTP head a released checkpoint ships with ...
+    bebop train-mtp --objective ce --data runs/mtp-data.pt --out runs/heads/base
+    # ... adapted with each loss on the same self-generated samples, for the same number of steps:
+    for obj in tv ce e2e_tv:
+        bebop train-mtp --objective $obj --init runs/heads/base --data runs/mtp-data.pt --out runs/heads/$obj-1
+        bebop train-mtp --objective $obj --init runs/heads/$obj-1 --data runs/mtp-data.pt \\
+            --out bebop/assets/default/heads/$obj
+(each train-mtp is 250 steps of 16 sequences at depth 5, T=1; the second call restarts AdamW and its warmup).
+What they show on math (table, Table 2 layout, entropy-law fits): `bebop eval-mtp --heads ce tv e2e_tv`.
+Measured at shipping (96 held-out math prompts, gamma=3): at T=1 RS accepts 56.1% (ce), 59.7% (tv),
+53.6% (e2e_tv); TO 53.4 / 53.5 / 48.6%; RS beats TO for every head at every T in 0.4-1.3. TO falls with
+the policy's entropy (-0.29..-0.32 per nat), RS less (-0.19..-0.22) but not flat, and the e2e TV head
+is behind the per-step TV head: on this budget it has not converged (tests/test_eval_mtp.py marks the
+claims that do not hold yet).
+
+The policy at T=1 solves about 6% of held-out math, 9% of code and 39% of agent prompts (20% of math at
+T=0.5), with 0.12-0.30 nats of entropy per generated token: weak enough for RL to improve a lot.
 """
 
 from __future__ import annotations

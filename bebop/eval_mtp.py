@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(config.dtype, "cpu")
     model, _ = load_pretrained(root, dtype=dtype)
     tokenizer = load_tokenizer(root)
-    heads = resolve_heads(config.heads, model, root=root if args.policy is None else DEFAULT_DIR, dtype=dtype)
+    heads = resolve_heads(config.heads, model, dtype=dtype)  # shipped names are the default's heads
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp") as writer:
         rows = sweep(model, tokenizer, heads, config, writer)

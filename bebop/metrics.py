@@ -302,7 +302,8 @@ class EntropyFit:
 
 
 def _as_vector(name: str, values) -> Tensor:
-    x = torch.as_tensor(values, dtype=torch.float64).detach().cpu()
+    # A copy, not a view: read-only numpy inputs (pandas .to_numpy()) would make torch warn.
+    x = torch.tensor(values, dtype=torch.float64) if not isinstance(values, Tensor) else values.detach().double().cpu()
     if x.dim() != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {tuple(x.shape)}")
     if not bool(torch.isfinite(x).all()):

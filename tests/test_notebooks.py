@@ -1,0 +1,72 @@
+"""The step-through notebooks (notebooks/*.ipynb) run top to bottom with the quick profile, within budget.
+
+Each notebook asserts its own headline (the TO entropy law; RS >= TO at T >= 0.7 with both rules lossless;
+the TV losses' gradients and acceptance gain; frozen vs online heads during RL; the batch-size regime of the
+speedup), so executing it is the test: a regression in `bebop` makes a
+cell raise. The notebooks are committed without outputs; `pytest --nbmake notebooks/` runs them as well.
+
+Budget (quick profile, 2 shared CPU cores, measured): 01 ~35 s, 02 ~25 s, 03 ~60 s, 04 ~40 s, 05 ~30 s, about
+3.5 minutes for the set; each notebook gets a hard limit (BUDGET_S) of 3-4 times its usual time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+BUDGET_S = {  # wall-clock limit per notebook in CI
+    "01_entropy_bounds_acceptance": 120,
+    "02_rejection_vs_greedy": 120,
+    "03_tv_loss": 240,
+    "04_online_vs_pre_rl": 180,
+    "05_end_to_end_speedup": 120,
+}
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+
+
+def test_every_notebook_has_a_budget():
+    assert NOTEBOOKS, f"no notebooks under {NOTEBOOK_DIR}"
+    assert {path.stem for path in NOTEBOOKS} <= set(BUDGET_S), "give every notebook a CI budget in BUDGET_S"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_clean_and_teaches(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    dirty = [i for i, c in enumerate(code) if c.outputs or c.execution_count is not None]
+    assert not dirty, f"{path.name}: code cells {dirty} carry outputs; strip them before committing"
+    first, last = nb.cells[0], nb.cells[-1]
+    assert first.cell_type == "markdown" and "What you will learn" in first.source and "What it needs" in first.source
+    assert last.cell_type == "markdown", f"{path.name} must end with a markdown reading of what was found"
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and "BEBOP_PROFILE" in params[0].source, f"{path.name}: one `parameters` cell reading BEBOP_PROFILE"
+    source = "\n".join(c.source for c in code)
+    assert "import bebop" in source or "from bebop" in source
+    assert "assert " in nb.cells[-2].source, f"{path.name}: the cell before the conclusion must assert the headline"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("BEBOP_PROFILE", "quick")
+    monkeypatch.setenv("BEBOP_RUNS", str(tmp_path / "runs"))
+    nb = nbformat.read(path, as_version=4)
+    budget = BUDGET_S[path.stem]
+    client = nbclient.NotebookClient(nb, timeout=budget, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    start = time.perf_counter()
+    client.execute()  # raises CellExecutionError (with the failing cell's traceback) on any error
+    elapsed = time.perf_counter() - start
+    assert elapsed < budget, f"{path.name} took {elapsed:.0f} s, over its {budget} s budget"
+    runs = [p for p in (tmp_path / "runs").rglob("meta.json")]
+    assert runs, f"{path.name} wrote no run directory for the dashboard under BEBOP_RUNS"
+    kinds = {json.loads(p.read_text())["kind"] for p in runs}
+    assert kinds <= {"eval-mtp", "train-mtp", "rl"}, kinds

@@ -1,0 +1,127 @@
+"""`bebop train-mtp`: frozen backbone, self-generated data, logged metrics, data cache, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import bebop.train_mtp as train_mtp_cmd
+from bebop.checkpoint import load_head, save_pretrained
+from bebop.losses import OBJECTIVES
+from bebop.model import ModelConfig, Transformer
+from bebop.tasks import get as get_task
+from bebop.train_mtp import DATA_SEED, TrainMTPConfig, anchor_mask, generate_data, train_mtp
+from bebop.tokenizer import CharTokenizer
+
+TINY_MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def policy() -> tuple[Transformer, CharTokenizer]:
+    torch.manual_seed(0)
+    tokenizer = CharTokenizer()
+    return Transformer(ModelConfig.tiny(vocab_size=tokenizer.vocab_size, **TINY_MODEL)).eval(), tokenizer
+
+
+def read_stream(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("objective", ["ce", "e2e_tv"])
+def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objective):
+    model, tokenizer = policy
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    config = TrainMTPConfig.tiny(objective)
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "data.pt",
+                     out=tmp_path / "head", progress=False)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the backbone must stay bit-identical"
+    torch.manual_seed(config.seed)
+    init = train_mtp_cmd.new_head(model, config)
+    changed = [k for k, v in head.state_dict().items() if not torch.equal(v, init.state_dict()[k])]
+    assert "fc.weight" in changed and any(k.startswith("layers.0.") for k in changed)
+    train = read_stream(tmp_path / "run" / "train.jsonl")
+    assert [r["step"] for r in train] == list(range(config.steps))
+    assert all(f"mtp/loss/{objective}" in r and 0 <= r["mtp/d_tv_mean"] <= 1 for r in train)
+    evals = read_stream(tmp_path / "run" / "eval.jsonl")
+    assert evals and 1 <= evals[-1]["mtp/eval/accept_length_tf"] <= 1 + min(3, config.depth)
+    saved = load_head(tmp_path / "head", model.config)
+    assert saved.objective == objective and saved.trained_depth == config.depth
+    assert torch.equal(saved.fc.weight, head.fc.weight.to(torch.bfloat16))
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["kind"] == "train-mtp" and meta["config"]["objective"] == objective
+
+
+def test_seeded_training_is_reproducible(policy, tmp_path):
+    model, tokenizer = policy
+    config = TrainMTPConfig.tiny("tv")
+    a = train_mtp(model, tokenizer, config, tmp_path / "a", data_path=tmp_path / "d.pt", progress=False)
+    b = train_mtp(model, tokenizer, config, tmp_path / "b", data_path=tmp_path / "d.pt", progress=False)
+    c = train_mtp(model, tokenizer, dataclasses.replace(config, seed=1), tmp_path / "c", progress=False)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(a.fc.weight, c.fc.weight)
+
+
+def test_self_generated_data_is_policy_samples(policy):
+    model, tokenizer = policy
+    config = TrainMTPConfig.tiny()
+    data = generate_data(model, tokenizer, config)
+    assert len(data["tokens"]) == config.num_sequences
+    assert data["key"] == {**config.data_key(), "policy": train_mtp_cmd.fingerprint(model)}
+    prompts = {e.prompt for e in get_task("math").sample(config.num_sequences, seed=DATA_SEED + config.seed)}
+    for tokens, trainable in zip(data["tokens"], data["trainable"]):
+        assert len(tokens) == len(trainable)
+        first = trainable.index(True)
+        assert tokenizer.decode(tokens[:first]) in prompts and all(trainable[first:])
+    assert generate_data(model, tokenizer, config) == data  # seeded sampling
+
+
+def test_data_cache_with_other_settings_is_refused(policy, tmp_path):
+    model, tokenizer = policy
+    train_mtp(model, tokenizer, TrainMTPConfig.tiny(), tmp_path / "a", data_path=tmp_path / "d.pt", progress=False)
+    hotter = dataclasses.replace(TrainMTPConfig.tiny(), temperature=1.3)
+    with pytest.raises(ValueError, match="generated with"):
+        train_mtp(model, tokenizer, hotter, tmp_path / "b", data_path=tmp_path / "d.pt", progress=False)
+    torch.manual_seed(1)
+    another = Transformer(model.config).eval()  # same settings, another policy: its samples would differ
+    with pytest.raises(ValueError, match="fingerprint"):
+        train_mtp(another, tokenizer, TrainMTPConfig.tiny(), tmp_path / "c", data_path=tmp_path / "d.pt",
+                  progress=False)
+
+
+def test_anchor_mask_keeps_chains_inside_policy_text():
+    trainable = torch.tensor([[False, False, True, True, True, True, True, False],
+                              [False, True, True, True, True, True, True, True]])
+    lengths = torch.tensor([7, 8])
+    mask = anchor_mask(trainable, lengths, depth=2)  # anchor t needs t+1..t+3 written and t+3 < length
+    assert mask.tolist() == [[False, True, True, True, False, False, False, False],
+                             [True, True, True, True, True, False, False, False]]
+
+
+@pytest.mark.parametrize("changes, match", [({"objective": "mse"}, "mse"), ({"tasks": ("math", "go")}, "go"),
+                                            ({"depth": 0}, "depth"), ({"temperature": 0.0}, "temperature")])
+def test_config_rejects_bad_values(changes, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TrainMTPConfig.tiny(), **changes)
+    assert set(OBJECTIVES) == {"ce", "kl", "rkl", "tv", "e2e_tv"}
+
+
+def test_command_errors_and_runs(policy, tmp_path):
+    model, tokenizer = policy
+    parser = argparse.ArgumentParser()
+    train_mtp_cmd.add_arguments(parser)
+    with pytest.raises(FileNotFoundError):
+        train_mtp_cmd.run(parser.parse_args(["--tiny", "--policy", str(tmp_path / "nope")]))
+    with pytest.raises(ValueError, match="huber"):
+        train_mtp_cmd.run(parser.parse_args(["--tiny", "--objective", "huber"]))
+    save_pretrained(model, tmp_path / "policy")
+    tokenizer.save(tmp_path / "policy")
+    args = parser.parse_args(["--tiny", "--objective", "kl", "--policy", str(tmp_path / "policy"),
+                              "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "head")])
+    assert train_mtp_cmd.run(args) == 0
+    assert load_head(tmp_path / "head", model.config).objective == "kl"
