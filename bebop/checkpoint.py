@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
+from bebop.atomic import atomic_open
 from bebop.model import ModelConfig, Transformer
 from bebop.mtp import MTPHead
 
@@ -47,17 +48,13 @@ def _parse_dtype(name: str, where: Path) -> torch.dtype:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp),
-              metadata={"format": "pt"})
-    os.chmod(tmp, 0o644)  # safetensors creates it 0600; checkpoints ship as package data and are shared
-    os.replace(tmp, path)
+    with atomic_open(path) as f:
+        f.write(save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}))
 
 
 def _head_meta(mtp: MTPHead) -> dict[str, Any]:

@@ -22,11 +22,12 @@ import math
 import os
 import platform
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from bebop.atomic import atomic_open
 
 KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo")
 STATES = ("running", "finished", "failed")
@@ -60,17 +61,8 @@ def _dumps(obj: Any) -> str:
 
 
 def _write_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the run from a dashboard run by another user
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(obj, indent=2, allow_nan=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps(obj, indent=2, allow_nan=True))
 
 
 def read_json(path: Path) -> dict:

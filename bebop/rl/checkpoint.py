@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from bebop.atomic import atomic_open
 
 FILENAME = "checkpoint.pt"
 FORMAT = "bebop-rl-checkpoint-v1"
@@ -37,16 +38,8 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
     if missing:
         raise ValueError(f"checkpoint state is missing {missing}")
     path = checkpoint_path(run_dir)
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({**state, "format": FORMAT}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as f:
+        torch.save({**state, "format": FORMAT}, f)
     return path
 
 
