@@ -8,8 +8,8 @@ Two sources of sequences feed bebop's trainers:
   environment writes. Examples are drawn a few batches at a time and sorted by length before being cut
   into batches, so padding stays small without changing what is trained on.
 * `complete` lets a policy answer prompts through the `Engine`, playing the agent protocol when the task
-  has an environment: generate until EOS or `</call>`, append the environment's `<result>...</result>`,
-  generate again. It returns per-example tokens with a mask of what the policy wrote, plus the engine's
+  has an environment (`make_env`: at `</call>` the engine appends the environment's `<result>...</result>`
+  and continues from its cached prefix). It returns per-example tokens with a mask of what the policy wrote, plus the engine's
   per-token entropy and origin, which `train-mtp` (self-generated data) and `eval-mtp` (acceptance) use.
 """
 
@@ -97,45 +97,34 @@ class Completion:
     origin: list[str]  # engine origin of each policy token ("plain" | "accepted" | "recovered" | "bonus")
 
 
+def make_env(task: Task, tokenizer: CharTokenizer, examples: Sequence[Example]):
+    """The engine's env callback for a multi-turn task (None for single-turn tasks): row i's completion so
+    far is decoded and answered by the task's environment, whose reply continues from the cached prefix."""
+    if getattr(task, "env", None) is None:
+        return None
+
+    def env(row: int, tokens: list[int]) -> list[int] | None:
+        reply = task.env.respond(examples[row], tokenizer.decode(tokens))
+        return None if reply is None else tokenizer.encode(reply)
+
+    return env
+
+
 def complete(engine: Engine, tokenizer: CharTokenizer, task: Task, examples: Sequence[Example],
              config: GenerationConfig) -> tuple[list[Completion], dict]:
-    """Answer every example with the engine (multi-turn for tasks with an environment).
+    """Answer every example with the engine (multi-turn through `make_env` for tasks with an environment).
 
-    Returns the completions and the engine counters/timings pooled over all generate calls
-    (`spec/*` rates derived from the pooled counters by the caller)."""
+    Returns the completions and the engine's counters/timings (`spec/*` rates derived from the counters by
+    the caller)."""
     stops = tokenizer.stop_ids(task.stop_strings)
     config = dataclasses.replace(config, stop_tokens=tuple(dict.fromkeys(config.stop_tokens + stops)))
     prompts = [tokenizer.encode(e.prompt) for e in examples]
-    done = [Completion([], [], [], []) for _ in examples]
-    active = list(range(len(examples)))
-    stats: list[dict] = []
-    turns = getattr(task.env, "max_turns", 0) + 1
-    for turn in range(turns):
-        if not active:
-            break
-        budget = [config.max_new_tokens - len(done[i].tokens) for i in active]
-        active = [i for i, b in zip(active, budget) if b > 0]
-        if not active:
-            break
-        turn_config = dataclasses.replace(config, max_new_tokens=max(min(budget), 1),
-                                          seed=None if config.seed is None else config.seed + turn)
-        rollout = engine.generate([prompts[i] + done[i].tokens for i in active], turn_config)
-        stats.append(rollout.stats)
-        still = []
-        for row, i in enumerate(active):
-            c = done[i]
-            c.tokens += rollout.tokens[row]
-            c.policy += [True] * len(rollout.tokens[row])
-            c.entropy += rollout.entropy[row]
-            c.origin += rollout.origin[row]
-            reply = task.env.respond(examples[i], tokenizer.decode(c.tokens)) if task.env is not None else None
-            if reply is not None and turn + 1 < turns:
-                ids = tokenizer.encode(reply)
-                c.tokens += ids
-                c.policy += [False] * len(ids)
-                still.append(i)
-        active = still
-    totals = {k: sum(s.get(k, 0.0) for s in stats) for k in ("num_generated_tokens", "wall_time_s")}
+    rollout = engine.generate(prompts, config, env=make_env(task, tokenizer, examples))
+    done = []
+    for tokens, mask, entropy, origin in zip(rollout.tokens, rollout.policy_mask, rollout.entropy, rollout.origin):
+        done.append(Completion(list(tokens), list(mask), [h for h, m in zip(entropy, mask) if m],
+                               [o for o, m in zip(origin, mask) if m]))
+    totals = {k: rollout.stats[k] for k in ("num_generated_tokens", "wall_time_s")}
     if config.gamma > 0:
-        totals.update(pool(stats))
+        totals.update(pool([rollout.stats]))
     return done, totals

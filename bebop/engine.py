@@ -296,7 +296,7 @@ class Engine:
         batch.pending = next_token
 
     def _stats(self, out: RolloutBuilder, verdicts: list, timing, wall: float, steps: int, config) -> dict:
-        generated = sum(len(t) for t in out.tokens)
+        generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
         stats = {
             "num_prompts": len(out.tokens),
             "num_generated_tokens": generated,

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
+from bebop.data import make_env
 from bebop.rollout import GenerationConfig, Rollout
 
 
@@ -53,18 +54,6 @@ def sample_examples(task, prompts_per_step: int, group_size: int, seed: int, lev
     """prompts_per_step examples drawn for `seed`, each repeated group_size times (a group is contiguous)."""
     examples = task.sample(prompts_per_step, seed, level=level)
     return [e for e in examples for _ in range(group_size)]
-
-
-def make_env(task, tokenizer, examples: Sequence[Any]):
-    """The engine's env callback for a multi-turn task (None for single-turn tasks)."""
-    if getattr(task, "env", None) is None:
-        return None
-
-    def env(row: int, tokens: list[int]) -> list[int] | None:
-        reply = task.env.respond(examples[row], tokenizer.decode(tokens))
-        return None if reply is None else tokenizer.encode(reply)
-
-    return env
 
 
 def collect(engine, task, tokenizer, examples: Sequence[Any], config: GenerationConfig, *,
