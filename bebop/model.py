@@ -154,25 +154,27 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # One fused op where it is exact to do so; per-op dispatch dominates a batch-1 decode step.
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
 def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [max_position_embeddings, head_dim] in fp32, computed exactly as transformers' default RoPE."""
+    """cos and signed sin [max_position_embeddings, head_dim] in fp32, from the angles of transformers' default
+    RoPE. The sin table carries rotate-half's sign ([-sin, sin] over the two halves), so `apply_rope` is a roll
+    and one fused multiply-add, bit-identical to x*cos + rotate_half(x)*sin (negation is exact)."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))  # [D/2]
     freqs = torch.arange(config.max_position_embeddings).float()[:, None] * inv_freq  # [P, D/2]
     angles = torch.cat([freqs, freqs], -1)  # [P, D]
-    return angles.cos(), angles.sin()
+    sign = torch.cat([-torch.ones(dim // 2), torch.ones(dim // 2)])  # [D]
+    return angles.cos(), angles.sin() * sign
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, H, S, D] by cos/sin broadcastable to it ([S, D] or [B, 1, S, D])."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rotated * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, H, S, D] by cos / signed sin (see `rope_tables`) broadcastable to it ([S, D] or [B, 1, S, D])."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
 
 
 def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -247,7 +249,7 @@ class DecoderLayer(nn.Module):
 
 
 def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rope_cos: torch.Tensor,
-                           rope_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+                           rope_sin_signed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """What every layer of a cached forward shares: RoPE cos/sin [B, 1, S, D] at each row's own positions,
     and the write slots / attention bias for `cached_attend`. Shapes only; no host sync."""
     kv_len = cache.max_len if kv_len is None else kv_len
@@ -263,7 +265,7 @@ def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rop
     # Only padding slots of a multi-row write can lie past the RoPE table (real positions are bounds-checked
     # by the caller); clamping them keeps the gather in range, and those slots are never attended to.
     rope_pos = pos.clamp(max=rope_cos.shape[0] - 1)
-    cos, sin = rope_cos[rope_pos][:, None], rope_sin[rope_pos][:, None]  # [B, 1, S, D]
+    cos, sin = rope_cos[rope_pos][:, None], rope_sin_signed[rope_pos][:, None]  # [B, 1, S, D]
     return cos, sin, dict(rows=rows, pos=pos, bias=bias[:, None, None])
 
 
@@ -306,7 +308,7 @@ class Transformer(nn.Module):
         # Not persistent: derived from the config, and absent from HF checkpoints. They follow .to(dtype),
         # which rounds them exactly as HF rounds its fp32 cos/sin to the activation dtype.
         self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_sin_signed", sin, persistent=False)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *, kv_len: int | None = None,
                 compute_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -320,13 +322,13 @@ class Transformer(nn.Module):
             if S > self.config.max_position_embeddings:
                 raise ValueError(f"sequence length {S} exceeds max_position_embeddings="
                                  f"{self.config.max_position_embeddings}")
-            cos, sin = self.rope_cos[:S], self.rope_sin[:S]  # [S, D]
+            cos, sin = self.rope_cos[:S], self.rope_sin_signed[:S]  # [S, D]
             attends = [causal_attend] * len(self.model.layers)
         else:
             if cache.batch != B or cache.num_layers != len(self.model.layers):
                 raise ValueError(f"cache has batch={cache.batch}, layers={cache.num_layers}; tokens have "
                                  f"batch={B} and the model {len(self.model.layers)} layers")
-            cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin)
+            cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin_signed)
             attends = [partial(cached_attend, k_cache=k, v_cache=v, **shared) for k, v in zip(cache.k, cache.v)]
         x = self.model.embed_tokens(tokens)  # [B, S, d]
         for layer, attend in zip(self.model.layers, attends):

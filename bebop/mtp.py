@@ -115,7 +115,7 @@ class MTPHead(nn.Module):
         if cache.batch != hidden.shape[0] or cache.num_layers != 1:
             raise ValueError(f"cache must have 1 layer and batch={hidden.shape[0]}, "
                              f"got {cache.num_layers} layers, batch={cache.batch}")
-        cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos, backbone.rope_sin)
+        cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos, backbone.rope_sin_signed)
         attend = partial(cached_attend, k_cache=cache.k[0], v_cache=cache.v[0], **shared)
         out = self.norm(self.layers[0](self._input(backbone, hidden, next_tokens), cos, sin, attend))  # [B, S, d]
         return (self.logits(backbone, out) if compute_logits else None), out
@@ -143,7 +143,7 @@ class MTPHead(nn.Module):
             x = self._input(backbone, h, padded[:, k:k + T])  # step k reads y_{t+k}
             pos = anchors + (k - 1)  # [T]: (step k, anchor t) sits at position t+k-1, as in inference
             attend = partial(chain_attend, keys=keys, values=values, mask=chain_mask(T, k, tokens.device))
-            h = self.norm(self.layers[0](x, backbone.rope_cos[pos], backbone.rope_sin[pos], attend))  # [B, T, d]
+            h = self.norm(self.layers[0](x, backbone.rope_cos[pos], backbone.rope_sin_signed[pos], attend))  # [B, T, d]
             outs.append(h)
         return torch.stack(outs, 2)  # [B, T, depth, d]
 
