@@ -49,7 +49,21 @@ _FORMAT = "bebop-char-v1"  # marker in tokenizer_config.json that load_tokenizer
 _TOKENIZER_FILE, _CONFIG_FILE, _SPECIAL_MAP_FILE = "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"
 
 
-class CharTokenizer:
+class _Lookup:
+    """What both tokenizers derive from `encode` and `eos_id`: single-token lookups and the engine's stop set."""
+
+    def token_id(self, text: str) -> int:
+        ids = self.encode(text)
+        if len(ids) != 1:
+            raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer, not one")
+        return ids[0]
+
+    def stop_ids(self, strings: Iterable[str]) -> tuple[int, ...]:
+        """Token ids for the engine's stop set. Tasks write EOS as "<eos>"; any tokenizer maps it to its own EOS."""
+        return tuple(dict.fromkeys(self.eos_id if s == EOS else self.token_id(s) for s in strings))
+
+
+class CharTokenizer(_Lookup):
     """One token per character of `ALPHABET`, plus the eight special tokens as single tokens."""
 
     def __init__(self, vocab: Iterable[str] = VOCAB):
@@ -109,12 +123,6 @@ class CharTokenizer:
             raise ValueError(f"token id {token_id} is outside the vocabulary [0, {len(self.vocab)})")
         return self.vocab[token_id]
 
-    def token_id(self, text: str) -> int:
-        return _single(self, text)
-
-    def stop_ids(self, strings: Iterable[str]) -> tuple[int, ...]:
-        return _stop_ids(self, strings)
-
     def save(self, path: str | Path) -> Path:
         """Write the Hugging Face files into directory `path` (created if needed)."""
         path = Path(path)
@@ -154,7 +162,7 @@ class CharTokenizer:
         return backend
 
 
-class HFTokenizer:
+class HFTokenizer(_Lookup):
     """The same interface over any `transformers` tokenizer (e.g. a real Qwen3 checkpoint's)."""
 
     def __init__(self, hf_tokenizer: Any):
@@ -197,12 +205,6 @@ class HFTokenizer:
             raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
         return self.decode([token_id])
 
-    def token_id(self, text: str) -> int:
-        return _single(self, text)
-
-    def stop_ids(self, strings: Iterable[str]) -> tuple[int, ...]:
-        return _stop_ids(self, strings)
-
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         self.hf.save_pretrained(str(path))
@@ -216,18 +218,6 @@ class HFTokenizer:
 
 
 Tokenizer = CharTokenizer | HFTokenizer
-
-
-def _single(tokenizer: Tokenizer, text: str) -> int:
-    ids = tokenizer.encode(text)
-    if len(ids) != 1:
-        raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer, not one")
-    return ids[0]
-
-
-def _stop_ids(tokenizer: Tokenizer, strings: Iterable[str]) -> tuple[int, ...]:
-    """Token ids for the engine's stop set. Tasks write EOS as "<eos>"; any tokenizer maps it to its own EOS."""
-    return tuple(dict.fromkeys(tokenizer.eos_id if s == EOS else tokenizer.token_id(s) for s in strings))
 
 
 def is_char_tokenizer(path: str | Path) -> bool:
