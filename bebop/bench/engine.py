@@ -9,6 +9,11 @@ For each model and batch size it measures, side by side:
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
 
+Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
+and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
+step in units of a one-token target step: the one-layer head is about a third of a step on the 4-layer tiny model
+and a tenth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
+
 The draft head is the self-draft head of `bebop.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
 E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
 at temperature 1 with no top-k/top-p and a fixed number of new tokens (no stop tokens), so every engine does the
@@ -34,14 +39,18 @@ from bebop.model import ModelConfig, save_pretrained
 from bebop.rollout import GenerationConfig
 from bebop.selfdraft import self_draft_pair
 
-MODELS = {"tiny": lambda: ModelConfig.tiny(), "small": lambda: ModelConfig.small()}
+MODELS = {
+    "tiny": lambda: ModelConfig.tiny(),
+    "deep": lambda: ModelConfig.deep(),
+    "small": lambda: ModelConfig.small(),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=sorted(MODELS))
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
-    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny model)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per cell (median reported)")
@@ -123,7 +132,7 @@ def bench_model(name: str, args) -> list[dict]:
     dtype = resolve_dtype(args.dtype, device)
     model, head = (m.to(device=device, dtype=dtype) for m in self_draft_pair(config, seed=0))
     engine = Engine(model, head)
-    new_tokens = args.new_tokens if name == "tiny" else args.small_new_tokens
+    new_tokens = args.small_new_tokens if name == "small" else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
     hf = None if args.no_hf else _hf_models(model, dtype, device, Path(tempfile.mkdtemp(prefix="bebop-bench-")))
@@ -173,13 +182,15 @@ def print_table(records: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="bebop bench engine (tokens/s; speedup over bebop plain at the same batch)")
-    for column in ("model", "batch", "engine", "mode", "γ", "tokens/s", "accept", "speedup", "theory", "meas/theory"):
+    for column in ("model", "batch", "engine", "mode", "γ", "tokens/s", "accept", "draft cost", "speedup", "theory",
+                   "meas/theory"):
         table.add_column(column, justify="right")
     fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
     for r in records:
         ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
         table.add_row(r["model"], str(r["batch"]), r["engine"], r["mode"], str(r["gamma"]), fmt(r["tokens_per_s"], ".0f"),
-                      fmt(r.get("acceptance_rate")), fmt(r.get("speedup")), fmt(r.get("theoretical_speedup")), fmt(ratio))
+                      fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
+                      fmt(r.get("theoretical_speedup")), fmt(ratio))
     Console().print(table)
     for r in records:
         if "bebop_plain_over_hf" in r:
