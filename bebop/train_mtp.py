@@ -19,12 +19,15 @@ Recipe, as in the paper:
 
 A fresh head starts from a copy of the backbone's last decoder layer (`init_from_backbone`, a common MTP
 initialisation that shortens training); fc and norms start fresh. `--init HEAD_DIR` adapts an existing
-head instead, which is how the shipped heads were made (`bebop.default`): a CE base head, then each loss
-for the same number of steps. Measured on the default policy: from a fresh head, TV and e2e TV learn
-several times slower than CE (their gradient is bounded by q, which starts far from p), so a comparison
-of losses from scratch at a small step budget measures convergence speed, not the losses' optimum.
+head instead, which is how the shipped heads were made (`bebop.default`): a CE base head trained until its
+held-out d_TV flattens, then each loss for the same number of steps. Measured on the default policy: from
+a fresh head, TV and e2e TV learn several times slower than CE (their gradient is bounded by q, which
+starts far from p); adapting a half-trained CE head (held-out d_TV 0.32) for 500 steps, e2e TV ended behind
+per-step TV at every draft position, step 1 included, while from a converged one (0.10) it ends ahead at
+steps 1-3 and behind at steps 4-5, as its weights (~35% on step 1, ~6% on step 5) say. A comparison of
+losses from an unconverged head measures convergence speed, not the losses' optimum.
 
-Run directory (kind "train-mtp"): `train` stream {step, mtp/loss/{objective}, mtp/d_tv_mean, lr} with
+Run directory (kind "train-mtp"): `train` stream {step, mtp/loss/{objective}, mtp/d_tv_mean, mtp/grad_norm, lr} with
 d_tv_mean = mean over trained (anchor, step) of 1 - α, α = Σ min(p, q) at temperature T; `eval` stream
 on held-out sequences {step, mtp/eval/d_tv_mean, mtp/eval/d_tv_pos/{k}, mtp/eval/accept_length_tf}
 (the teacher-forced RS accept length at γ = 3: 1 + Σ_j Π_{i≤j} α_i).
@@ -92,8 +95,8 @@ class TrainMTPConfig:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not 0 < self.heldout_fraction < 1 or not 0 <= self.warmup_frac < 1:
             raise ValueError("heldout_fraction must be in (0, 1) and warmup_frac in [0, 1)")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError(f"lr and grad_clip must be > 0, got lr={self.lr}, grad_clip={self.grad_clip}")
         if self.autocast not in ("auto", "bf16", "fp32"):
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
 
@@ -203,8 +206,10 @@ def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, us
     return draft.float(), target.float(), labels, batch["mask"]
 
 
-def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig, use_bf16: bool) -> tuple[float, float]:
-    """One AdamW step of the draft loss; returns (loss, mean d_TV over the trained (anchor, step))."""
+def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
+               use_bf16: bool) -> tuple[float, float, float]:
+    """One AdamW step of the draft loss; returns (loss, mean d_TV over the trained (anchor, step), the
+    gradient norm before clipping)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
     draft, target, labels, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
@@ -212,11 +217,11 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
                       temperature=config.temperature)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping
     optimizer.step()
     with torch.no_grad():
         d_tv = 1.0 - acceptance_alpha(draft.detach(), target, config.temperature)[mask].mean()  # over [M, depth]
-    return float(loss.detach()), float(d_tv)
+    return float(loss.detach()), float(d_tv), float(grad_norm)
 
 
 @torch.no_grad()
@@ -268,8 +273,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         for step in bar:
             lr = config.lr * min(1.0, (step + 1) / warmup)
             batch = train[int(torch.randint(len(train), (1,), generator=generator))]
-            loss, d_tv = train_step(head, model, batch, optimizer, lr, config, use_bf16)
-            writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "lr": lr})
+            loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16)
+            writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
             bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
             if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
                 metrics = evaluate(head, model, held, config, use_bf16)
@@ -299,6 +304,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--warmup-frac", type=float, default=d.warmup_frac, help="linear warmup, fraction of steps")
+    parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm")
+    parser.add_argument("--autocast", default=d.autocast, help="auto | bf16 | fp32: the head's compute dtype")
+    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="held-out evaluation every N steps")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
@@ -314,7 +323,9 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
     return dataclasses.replace(
         TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
         tasks=tuple(args.tasks), num_sequences=args.num_sequences, steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, seed=args.seed, threads=args.threads, init_head=None if args.init is None else str(args.init))
+        lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.autocast,
+        eval_every=args.eval_every, seed=args.seed, threads=args.threads,
+        init_head=None if args.init is None else str(args.init))
 
 
 def load_policy(path: Path | None):

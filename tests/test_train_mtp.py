@@ -48,6 +48,7 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     train = read_stream(tmp_path / "run" / "train.jsonl")
     assert [r["step"] for r in train] == list(range(config.steps))
     assert all(f"mtp/loss/{objective}" in r and 0 <= r["mtp/d_tv_mean"] <= 1 for r in train)
+    assert all(r["mtp/grad_norm"] > 0 for r in train)  # before clipping, so it shows how often the clip acts
     evals = read_stream(tmp_path / "run" / "eval.jsonl")
     assert evals and 1 <= evals[-1]["mtp/eval/accept_length_tf"] <= 1 + min(3, config.depth)
     saved = load_head(tmp_path / "head", model.config)
@@ -104,7 +105,8 @@ def test_anchor_mask_keeps_chains_inside_policy_text():
 
 
 @pytest.mark.parametrize("changes, match", [({"objective": "mse"}, "mse"), ({"tasks": ("math", "go")}, "go"),
-                                            ({"depth": 0}, "depth"), ({"temperature": 0.0}, "temperature")])
+                                            ({"depth": 0}, "depth"), ({"temperature": 0.0}, "temperature"),
+                                            ({"grad_clip": 0.0}, "grad_clip"), ({"autocast": "fp8"}, "autocast")])
 def test_config_rejects_bad_values(changes, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TrainMTPConfig.tiny(), **changes)
@@ -125,3 +127,14 @@ def test_command_errors_and_runs(policy, tmp_path):
                               "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "head")])
     assert train_mtp_cmd.run(args) == 0
     assert load_head(tmp_path / "head", model.config).objective == "kl"
+
+
+def test_command_flags_reach_the_config():
+    parser = argparse.ArgumentParser()
+    train_mtp_cmd.add_arguments(parser)
+    config = train_mtp_cmd.config_from_args(parser.parse_args(
+        ["--grad-clip", "0.5", "--autocast", "fp32", "--warmup-frac", "0.1", "--eval-every", "7", "--init", "h"]))
+    assert (config.grad_clip, config.autocast, config.warmup_frac, config.eval_every, config.init_head) == (
+        0.5, "fp32", 0.1, 7, "h")
+    with pytest.raises(ValueError, match="grad_clip"):
+        train_mtp_cmd.config_from_args(parser.parse_args(["--grad-clip", "0"]))
