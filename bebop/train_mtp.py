@@ -268,6 +268,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         warmup = max(1, round(config.warmup_frac * config.steps))
+        writer.status(message=f"training the head ({len(train)} batches, {len(held)} held out)")
         name = f"mtp/loss/{config.objective}"
         bar = tqdm(range(config.steps), desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
         for step in bar:

@@ -56,6 +56,8 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     assert torch.equal(saved.fc.weight, head.fc.weight.to(torch.bfloat16))
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["kind"] == "train-mtp" and meta["config"]["objective"] == objective
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "finished" and status["message"].startswith("training the head"), status
 
 
 def test_seeded_training_is_reproducible(policy, tmp_path):
