@@ -171,7 +171,8 @@ class RMSNorm(nn.Module):
 def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and signed sin [max_position_embeddings, head_dim] in fp32, from the angles of transformers' default
     RoPE. The sin table carries rotate-half's sign ([-sin, sin] over the two halves), so `apply_rope` is a roll
-    and one fused multiply-add, bit-identical to x*cos + rotate_half(x)*sin (negation is exact)."""
+    and one multiply-add: x*cos + rotate_half(x)*sin exactly (negation is exact), up to the rounding of a fused
+    multiply-add."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))  # [D/2]
     freqs = torch.arange(config.max_position_embeddings).float()[:, None] * inv_freq  # [P, D/2]
@@ -201,7 +202,7 @@ def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache:
     keys, values = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [B, Hkv, kv_len, D]
     if keys.device.type == "cpu" and keys.dtype != torch.float32:
         # oneDNN's bf16 bmm cannot take a slice whose batch stride is max_len*D: it repacks it with a slow
-        # strided copy. One plain copy first is 1.8-2.6x faster at batch 32 (fp32 BLAS takes the strides as is).
+        # strided copy. One plain copy first is 1.8-2.7x faster at batch 32 (fp32 BLAS takes the strides as is).
         keys, values = keys.contiguous(), values.contiguous()
     # Query head h reads kv head h // G: grouping the G heads of a kv head into the row dimension lets one
     # batched matmul serve them without copying K/V per head.

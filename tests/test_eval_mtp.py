@@ -142,6 +142,19 @@ def shipped_sweep():
     return rows
 
 
+@pytest.fixture(scope="module")
+def ranking_sweep():
+    """RS at T=1 on 384 further held-out prompts (seed 2, fixed before it was first measured): the ranking claim
+    compares heads about a point apart, which 96 prompts (standard error ~0.6-0.85 points) cannot resolve."""
+    from bebop.default import load_default
+
+    torch.set_num_threads(1)
+    default = load_default()
+    names = ("ce", "tv", "e2e_tv")
+    config = EvalMTPConfig(heads=names, methods=("rs",), temperatures=(1.0,), num_prompts=384, seed=2)
+    return sweep(default.model, default.tokenizer, {n: default.heads[n] for n in names}, config, progress=False)
+
+
 def _acceptance(rows: list[dict], method: str, temperature: float = 1.0) -> dict[str, float]:
     return {r["head"]: 100 * r["acceptance_rate"] for r in rows if r["temperature"] == temperature
             and r["method"] == method}
@@ -185,10 +198,10 @@ _NOT_YET = "measured on the shipped heads: does not hold yet (see bebop.default 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=_NOT_YET + ": RS e2e_tv 76.3 < tv 76.5 (a tie within the ~0.6-point "
-                   "standard error; e2e_tv - ce = +4.7 and tv >= ce do hold)")
-def test_shipped_heads_rs_acceptance_ranks_e2e_tv_over_tv_over_ce(shipped_sweep):
-    acc = _acceptance(shipped_sweep, "rs")
+@pytest.mark.xfail(strict=True, reason=_NOT_YET + ": on the 384 ranking prompts RS e2e_tv 76.2 > tv 75.5 > ce "
+                   "73.5 holds, but e2e_tv - ce = +2.7 points, short of 3 (on the 96-prompt sweep: 76.3 / 76.5 / 71.7)")
+def test_shipped_heads_rs_acceptance_ranks_e2e_tv_over_tv_over_ce(ranking_sweep):
+    acc = _acceptance(ranking_sweep, "rs")
     assert acc["e2e_tv"] > acc["tv"] >= acc["ce"], acc
     assert acc["e2e_tv"] - acc["ce"] >= 3.0, acc
 
