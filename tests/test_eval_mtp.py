@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import pytest
 import torch
@@ -125,34 +124,37 @@ def test_command_writes_tables_and_rejects_bad_input(policy, tokenizer, tmp_path
 # ----------------------------------------------------------------------------------------------------------
 # What issue 4 says the shipped heads must show. Acceptance comes from the engine's counters on held-out math
 # prompts; 96 prompts give about 3k verify steps per (head, method), a standard error near 0.6 points.
+SHIPPED_HEADS = ("ce", "tv", "e2e_tv")
+
+
 @pytest.fixture(scope="module")
-def shipped_sweep():
+def shipped():
     from bebop.default import load_default
 
     torch.set_num_threads(1)
     default = load_default()
-    names = ("ce", "tv", "e2e_tv")
-    missing = [n for n in names if n not in default.heads]
+    missing = [n for n in SHIPPED_HEADS if n not in default.heads]
     assert not missing, f"the shipped default lacks heads {missing}"
-    at_one = EvalMTPConfig(heads=names, temperatures=(1.0,), num_prompts=96)
-    rows = sweep(default.model, default.tokenizer, {n: default.heads[n] for n in names}, at_one, progress=False)
-    temps = EvalMTPConfig(heads=("ce", "e2e_tv"), temperatures=(0.4, 0.7, 1.3), num_prompts=48)
-    rows += sweep(default.model, default.tokenizer, {n: default.heads[n] for n in temps.heads}, temps,
-                  progress=False)
-    return rows
+    return default
+
+
+def _sweep(default, config: EvalMTPConfig) -> list[dict]:
+    return sweep(default.model, default.tokenizer, {n: default.heads[n] for n in config.heads}, config,
+                 progress=False)
 
 
 @pytest.fixture(scope="module")
-def ranking_sweep():
+def shipped_sweep(shipped):
+    return (_sweep(shipped, EvalMTPConfig(heads=SHIPPED_HEADS, temperatures=(1.0,), num_prompts=96))
+            + _sweep(shipped, EvalMTPConfig(heads=("ce", "e2e_tv"), temperatures=(0.4, 0.7, 1.3), num_prompts=48)))
+
+
+@pytest.fixture(scope="module")
+def ranking_sweep(shipped):
     """RS at T=1 on 384 further held-out prompts (seed 2, fixed before it was first measured): the ranking claim
     compares heads about a point apart, which 96 prompts (standard error ~0.6-0.85 points) cannot resolve."""
-    from bebop.default import load_default
-
-    torch.set_num_threads(1)
-    default = load_default()
-    names = ("ce", "tv", "e2e_tv")
-    config = EvalMTPConfig(heads=names, methods=("rs",), temperatures=(1.0,), num_prompts=384, seed=2)
-    return sweep(default.model, default.tokenizer, {n: default.heads[n] for n in names}, config, progress=False)
+    return _sweep(shipped, EvalMTPConfig(heads=SHIPPED_HEADS, methods=("rs",), temperatures=(1.0,), num_prompts=384,
+                                         seed=2))
 
 
 def _acceptance(rows: list[dict], method: str, temperature: float = 1.0) -> dict[str, float]:
