@@ -54,7 +54,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     with atomic_open(path) as f:
-        f.write(save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}))
+        # clone: fused projections' state_dict entries are views of one weight, and safetensors refuses
+        # tensors that share memory
+        f.write(save({k: v.detach().to("cpu").clone() for k, v in tensors.items()}, metadata={"format": "pt"}))
 
 
 def _head_meta(mtp: MTPHead) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """A Qwen3-family decoder: the policy (target) that bebop samples, trains and speculates against.
 
-Architecture (identical to `transformers`' Qwen3 in fp32, same parameter names, so checkpoints move both ways):
+Architecture (identical to `transformers`' Qwen3 in fp32, same checkpoint names, so checkpoints move both ways):
 
     x = embed_tokens(tokens)
     for each layer:  x = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))
                          with n = input_layernorm(x);  grouped-query attention, Hkv | H
                      x = x + down_proj(silu(gate_proj(m)) * up_proj(m)),  m = post_attention_layernorm(x)
     hidden = norm(x);  logits = lm_head(hidden)      (lm_head tied to embed_tokens when configured)
+
+q/k/v and gate/up each run as one matmul (`qkv_proj`, `gate_up_proj`, as vLLM and gpt-fast fuse them); checkpoints
+still read and write the separate Qwen3 names (see `fuse_checkpoint_names`).
 
 `forward` returns (logits, hidden) where `hidden` is the final hidden state AFTER the final norm, i.e. what
 the LM head reads. That is the h_0 the MTP head takes (vLLM's deepseek_mtp / qwen3_next_mtp feed the
@@ -17,7 +20,8 @@ Two attention paths share the same layers:
   * no cache: a plain causal forward over [B, S] (training); SDPA.
   * with a `KVCache`: row b's new tokens sit at positions cache.lengths[b] + s (RoPE positions too); their
     K/V are written there and query s attends to slots <= lengths[b] + s, over the first `kv_len` slots only.
-    Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are never repeated per head.
+    Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are never repeated per head
+    (computed in fp32 on CPU, where that is faster than bf16 at these sizes).
     No host sync, and `cache.lengths` is left alone (see bebop/kvcache.py).
 """
 
@@ -153,19 +157,22 @@ class ModelConfig:
 # Pieces
 
 
-class RMSNorm(nn.Module):
-    """x / rms(x) * weight, normalised in fp32 and scaled in the input dtype (as Qwen3 does)."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) over the last dim, times `weight` (broadcast), normalised in fp32 and scaled in x's dtype as
+    Qwen3 does; one fused op where that is exact, since per-op dispatch dominates a batch-1 decode step."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.dim() == 1:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
+
+class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One fused op where it is exact to do so; per-op dispatch dominates a batch-1 decode step.
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,50 +207,81 @@ def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache:
     k_cache[rows, :, pos] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
     v_cache[rows, :, pos] = v.transpose(1, 2)
     keys, values = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [B, Hkv, kv_len, D]
-    if keys.device.type == "cpu" and keys.dtype != torch.float32:
-        # oneDNN's bf16 bmm cannot take a slice whose batch stride is max_len*D: it repacks it with a slow
-        # strided copy. One plain copy first is 1.8-2.7x faster at batch 32 (fp32 BLAS takes the strides as is).
-        keys, values = keys.contiguous(), values.contiguous()
+    dtype = q.dtype
+    if keys.device.type == "cpu" and dtype != torch.float32:
+        # On CPU, attention of a few query rows is a chain of tiny batched matmuls: oneDNN's bf16 bmm pays a
+        # fixed cost each and repacks the strided cache slice with a slow generic copy, while fp32 BLAS does not.
+        # Upcasting is the one copy of the slice anyway: 1.5x faster at batch 1, no slower at 32, and more exact.
+        q, keys, values = q.float(), keys.float(), values.float()
     # Query head h reads kv head h // G: grouping the G heads of a kv head into the row dimension lets one
     # batched matmul serve them without copying K/V per head.
     grouped = (q * (1.0 / math.sqrt(D))).reshape(B, Hkv, -1, D)  # [B, Hkv, G*S, D]
     scores = (grouped @ keys.transpose(-1, -2)).view(B, Hkv, -1, S, kv_len) + bias  # [B, Hkv, G, S, kv_len]
-    probs = torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype)
-    return (probs.view(B, Hkv, -1, kv_len) @ values).view(B, H, S, D)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
+    return (probs.view(B, Hkv, -1, kv_len) @ values).view(B, H, S, D).to(dtype)
+
+
+def fuse_checkpoint_names(module: nn.Module, fused: str, parts: dict[str, int]) -> None:
+    """Let `module.<fused>` (a bias-free Linear whose output rows are the `parts`, in order, with these row
+    counts) read and write checkpoints as separate `module.<part>.weight` tensors: `state_dict` gives row views
+    under the part names (so copying into them writes the fused weight), `load_state_dict` concatenates them."""
+
+    def save_hook(module, state, prefix, local_metadata) -> None:
+        weight = state.pop(f"{prefix}{fused}.weight")
+        for name, block in zip(parts, weight.split(list(parts.values()))):
+            state[f"{prefix}{name}.weight"] = block
+
+    def load_hook(module, state, prefix, *args) -> None:
+        names = [f"{prefix}{name}.weight" for name in parts]
+        if all(name in state for name in names):
+            state[f"{prefix}{fused}.weight"] = torch.cat([state.pop(name) for name in names])
+
+    module.register_state_dict_post_hook(save_hook)
+    module.register_load_state_dict_pre_hook(load_hook)
 
 
 class Attention(nn.Module):
-    """Grouped-query self-attention with per-head q/k RMSNorm; the attention pattern comes from `attend`."""
+    """Grouped-query self-attention with per-head q/k RMSNorm; the attention pattern comes from `attend`.
+
+    q, k and v come from one matmul (`qkv_proj`, as vLLM and gpt-fast fuse them): a decode step is a chain of
+    small GEMMs whose fixed cost dominates on CPU, and the weights still load and save as q_proj/k_proj/v_proj."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         d, D = config.hidden_size, config.head_dim
         self.head_dim = D
-        self.q_proj = nn.Linear(d, config.num_attention_heads * D, bias=False)
-        self.k_proj = nn.Linear(d, config.num_key_value_heads * D, bias=False)
-        self.v_proj = nn.Linear(d, config.num_key_value_heads * D, bias=False)
+        self.split = [config.num_attention_heads, config.num_key_value_heads, config.num_key_value_heads]
+        self.qkv_proj = nn.Linear(d, sum(self.split) * D, bias=False)
         self.o_proj = nn.Linear(config.num_attention_heads * D, d, bias=False)
         self.q_norm = RMSNorm(D, config.rms_norm_eps)
         self.k_norm = RMSNorm(D, config.rms_norm_eps)
+        fuse_checkpoint_names(self, "qkv_proj", {name: n * D for name, n in zip(("q_proj", "k_proj", "v_proj"), self.split)})
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         B, S, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, S, -1, self.head_dim)).transpose(1, 2)  # [B, H, S, D]
-        k = self.k_norm(self.k_proj(x).view(B, S, -1, self.head_dim)).transpose(1, 2)  # [B, Hkv, S, D]
-        v = self.v_proj(x).view(B, S, -1, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
-        out = attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)  # [B, H, S, D]
+        H, Hkv, _ = self.split
+        qkv = self.qkv_proj(x).view(B, S, -1, self.head_dim)  # [B, S, H + 2*Hkv, D]
+        # q and k heads are normed and rotated as one tensor: the same math in half the ops.
+        qk_weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(Hkv, -1)])  # [H+Hkv, D]
+        qk = rms_norm(qkv[:, :, : H + Hkv], qk_weight, self.q_norm.eps).transpose(1, 2)  # [B, H+Hkv, S, D]
+        q, k = apply_rope(qk, cos, sin).split([H, Hkv], 1)  # [B, H, S, D], [B, Hkv, S, D]
+        out = attend(q, k, qkv[:, :, H + Hkv :].transpose(1, 2))  # [B, H, S, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
 
 class MLP(nn.Module):
+    """SwiGLU with gate and up projections in one matmul (`gate_up_proj`), saved as gate_proj / up_proj."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        n = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * n, bias=False)
+        self.down_proj = nn.Linear(n, config.hidden_size, bias=False)
+        fuse_checkpoint_names(self, "gate_up_proj", {"gate_proj": n, "up_proj": n})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, -1)  # [..., n] each
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

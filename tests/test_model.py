@@ -50,6 +50,28 @@ def test_tied_head_shares_the_embedding(model):
     assert "lm_head.weight" in untied.state_dict()
 
 
+def test_fused_projections_keep_qwen3_checkpoint_names(model):
+    state = model.state_dict()
+    layer = "model.layers.1."
+    parts = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"]
+    assert all(f"{layer}{p}.weight" in state for p in parts)
+    assert not any("qkv_proj" in k or "gate_up_proj" in k for k in state)
+    c = model.config
+    assert state[f"{layer}self_attn.k_proj.weight"].shape == (c.num_key_value_heads * c.head_dim, c.hidden_size)
+    # Loading Qwen3-named tensors fills the fused weights in order: q rows first, then k, then v.
+    other = Transformer(model.config)
+    other.load_state_dict({k: v + 1 for k, v in state.items()})
+    fused = other.model.layers[1].self_attn.qkv_proj.weight
+    q_rows = c.num_attention_heads * c.head_dim
+    torch.testing.assert_close(fused[:q_rows], state[f"{layer}self_attn.q_proj.weight"] + 1)
+    torch.testing.assert_close(fused[-c.num_key_value_heads * c.head_dim:], state[f"{layer}self_attn.v_proj.weight"] + 1)
+    # state_dict entries are views: copying into one writes the model (what checkpoint loading relies on).
+    with torch.no_grad():
+        other.state_dict()[f"{layer}mlp.up_proj.weight"].zero_()
+    assert other.model.layers[1].mlp.gate_up_proj.weight[c.intermediate_size:].abs().max() == 0
+    assert other.model.layers[1].mlp.gate_up_proj.weight[:c.intermediate_size].abs().max() > 0
+
+
 @torch.no_grad()
 def test_cached_chunks_equal_uncached(model):
     x = tokens(2, 12, seed=1)

@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
     parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per cell (median reported)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed rounds; each runs every cell once, in turn (median reported)")
     parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
@@ -61,14 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
 
 
-def _median_time(fn, repeats: int) -> tuple[float, object]:
-    fn()  # warm-up: allocator, oneDNN primitive caches
-    times, result = [], None
+def _interleaved(cells: dict, repeats: int) -> dict:
+    """{name: (median seconds, last result)} for each zero-argument callable in `cells`, timed in rounds of one
+    run of every cell, so a slow patch of a shared machine hits all cells alike and their ratios stay fair."""
+    results = {name: fn() for name, fn in cells.items()}  # warm-up: allocator, oneDNN primitive caches
+    times = {name: [] for name in cells}
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+        for name, fn in cells.items():
+            start = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), results[name]) for name in cells}
 
 
 @torch.inference_mode()
@@ -89,13 +93,14 @@ def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int =
         _, out = head.forward_cached(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
         return head.logits(model, out[:, -1:])
 
-    catch_up = _median_time(lambda: head_step(many, hidden_many), repeats)[0]
-    single = _median_time(lambda: head_step(one, hidden), repeats)[0]
-    return {
-        "target_1": _median_time(lambda: model(one, cache, kv_len=kv), repeats)[0],
-        "target_verify": _median_time(lambda: model(many, cache, kv_len=kv), repeats)[0],
-        "draft_step": (catch_up + (gamma - 1) * single) / gamma,
-    }
+    seconds = {name: t for name, (t, _) in _interleaved({
+        "catch_up": lambda: head_step(many, hidden_many),
+        "single": lambda: head_step(one, hidden),
+        "target_1": lambda: model(one, cache, kv_len=kv),
+        "target_verify": lambda: model(many, cache, kv_len=kv),
+    }, repeats).items()}
+    return {"target_1": seconds["target_1"], "target_verify": seconds["target_verify"],
+            "draft_step": (seconds["catch_up"] + (gamma - 1) * seconds["single"]) / gamma}
 
 
 def _hf_models(model, dtype, device, workdir: Path):
@@ -141,39 +146,43 @@ def bench_model(name: str, args) -> list[dict]:
         prompt_lists = prompts.tolist()
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
 
-        def run(gamma, method):
+        def bebop(gamma, method):
             gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1)
-            return _median_time(lambda: engine.generate(prompt_lists, gen_config), args.repeats)
+            return lambda: engine.generate(prompt_lists, gen_config)
 
-        plain_s, _ = run(0, "rs")
-        plain_tps = batch * new_tokens / plain_s
+        cells = {("bebop", "plain", 0): bebop(0, "rs")}
+        cells.update({("bebop", method, gamma): bebop(gamma, method) for gamma in args.gamma for method in ("to", "rs")})
+        if hf is not None:
+            target, assistant = hf
+            cells[("hf", "plain", 0)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
+            if batch == 1:  # assisted generation supports batch 1 only
+                cells[("hf", "assisted", 3)] = lambda: _hf_generate(target, prompts.to(device), new_tokens, assistant)
+        timed = _interleaved(cells, args.repeats)
+        tps = {key: batch * new_tokens / seconds for key, (seconds, _) in timed.items()}
+        plain_tps = tps[("bebop", "plain", 0)]
         records.append({**base, "engine": "bebop", "mode": "plain", "gamma": 0, "tokens_per_s": plain_tps})
         for gamma in args.gamma:
             costs = step_costs(model, head, batch, gamma, args.prompt_len + new_tokens // 2)
             for method in ("to", "rs"):
-                seconds, rollout = run(gamma, method)
+                rollout = timed[("bebop", method, gamma)][1]
                 alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
                 alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
                 theory = theoretical_speedup(alphas, gamma, draft_cost=costs["draft_step"] / costs["target_1"],
                                              verify_cost=costs["target_verify"] / costs["target_1"])
-                tps = batch * new_tokens / seconds
-                records.append({**base, "engine": "bebop", "mode": method, "gamma": gamma, "tokens_per_s": tps,
+                records.append({**base, "engine": "bebop", "mode": method, "gamma": gamma,
+                                "tokens_per_s": tps[("bebop", method, gamma)],
                                 "acceptance_rate": rollout.stats["spec/acceptance_rate"],
                                 "accept_length": rollout.stats["spec/accept_length"],
-                                "speedup": tps / plain_tps, "theoretical_speedup": theory,
+                                "speedup": tps[("bebop", method, gamma)] / plain_tps, "theoretical_speedup": theory,
                                 "verify_cost": costs["target_verify"] / costs["target_1"],
                                 "draft_cost": costs["draft_step"] / costs["target_1"]})
         if hf is not None:
-            target, assistant = hf
-            hf_s, _ = _median_time(lambda: _hf_generate(target, prompts.to(device), new_tokens), args.repeats)
-            hf_tps = batch * new_tokens / hf_s
+            hf_tps = tps[("hf", "plain", 0)]
             records.append({**base, "engine": "hf", "mode": "plain", "gamma": 0, "tokens_per_s": hf_tps,
                             "bebop_plain_over_hf": plain_tps / hf_tps})
             if batch == 1:
-                hf_s, _ = _median_time(lambda: _hf_generate(target, prompts.to(device), new_tokens, assistant),
-                                       args.repeats)
                 records.append({**base, "engine": "hf", "mode": "assisted", "gamma": 3,
-                                "tokens_per_s": batch * new_tokens / hf_s, "speedup": (batch * new_tokens / hf_s) / hf_tps})
+                                "tokens_per_s": tps[("hf", "assisted", 3)], "speedup": tps[("hf", "assisted", 3)] / hf_tps})
     return records
 
 
