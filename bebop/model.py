@@ -16,30 +16,23 @@ the LM head reads. That is the h_0 the MTP head takes (vLLM's deepseek_mtp / qwe
 backbone's normed output to the MTP block), and it lets a caller gather the rows it needs first and
 project only those with `lm_logits(hidden)`.
 
-Two attention paths share the same layers:
-  * no cache: a plain causal forward over [B, S] (training); SDPA.
-  * with a `KVCache`: row b's new tokens sit at positions cache.lengths[b] + s (RoPE positions too); their
-    K/V are written there and query s attends to slots <= lengths[b] + s, over the first `kv_len` slots only.
-    Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are never repeated per head
-    (computed in fp32 on CPU, where that is faster than bf16 at these sizes).
-    No host sync, and `cache.lengths` is left alone (see bebop/kvcache.py).
+Two attention paths share the same layers (bebop/attention.py): a plain causal forward without a cache
+(training), and a cached one in which every row has its own length.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bebop.attention import Attend, apply_rope, cached_attend, cached_attention_setup, causal_attend, rope_tables
 from bebop.kvcache import KVCache
-
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> out [B, H, S, D]
 
 
 @dataclass(frozen=True)
@@ -175,52 +168,6 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [max_position_embeddings, head_dim] in fp32, from the angles of transformers' default
-    RoPE. The sin table carries rotate-half's sign ([-sin, sin] over the two halves), so `apply_rope` is a roll
-    and one multiply-add: x*cos + rotate_half(x)*sin exactly (negation is exact), up to the rounding of a fused
-    multiply-add."""
-    dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))  # [D/2]
-    freqs = torch.arange(config.max_position_embeddings).float()[:, None] * inv_freq  # [P, D/2]
-    angles = torch.cat([freqs, freqs], -1)  # [P, D]
-    sign = torch.cat([-torch.ones(dim // 2), torch.ones(dim // 2)])  # [D]
-    return angles.cos(), angles.sin() * sign
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, H, S, D] by cos / signed sin (see `rope_tables`) broadcastable to it ([S, D] or [B, 1, S, D])."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
-
-
-def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Plain causal attention, q [B, H, S, D], k/v [B, Hkv, S, D] -> [B, H, S, D]."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-
-
-def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor,
-                  v_cache: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Write k/v [B, Hkv, S, D] into the caches [B, Hkv, max_len, D] at slots pos [B, S] (rows [B, 1] is
-    arange(B)), then attend q [B, H, S, D] over the first kv_len slots with additive bias [B, 1, 1, S, kv_len]."""
-    B, H, S, D = q.shape
-    Hkv, kv_len = k.shape[1], bias.shape[-1]
-    k_cache[rows, :, pos] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
-    v_cache[rows, :, pos] = v.transpose(1, 2)
-    keys, values = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [B, Hkv, kv_len, D]
-    dtype = q.dtype
-    if keys.device.type == "cpu" and dtype != torch.float32:
-        # On CPU, attention of a few query rows is a chain of tiny batched matmuls: oneDNN's bf16 bmm pays a
-        # fixed cost each and repacks the strided cache slice with a slow generic copy, while fp32 BLAS does not.
-        # Upcasting is the one copy of the slice anyway: 1.5x faster at batch 1, no slower at 32, and more exact.
-        q, keys, values = q.float(), keys.float(), values.float()
-    # Query head h reads kv head h // G: grouping the G heads of a kv head into the row dimension lets one
-    # batched matmul serve them without copying K/V per head.
-    grouped = (q * (1.0 / math.sqrt(D))).reshape(B, Hkv, -1, D)  # [B, Hkv, G*S, D]
-    scores = (grouped @ keys.transpose(-1, -2)).view(B, Hkv, -1, S, kv_len) + bias  # [B, Hkv, G, S, kv_len]
-    probs = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
-    return (probs.view(B, Hkv, -1, kv_len) @ values).view(B, H, S, D).to(dtype)
-
-
 def fuse_checkpoint_names(module: nn.Module, fused: str, parts: dict[str, int]) -> None:
     """Let `module.<fused>` (a bias-free Linear whose output rows are the `parts`, in order, with these row
     counts) read and write checkpoints as separate `module.<part>.weight` tensors: `state_dict` gives row views
@@ -297,27 +244,6 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-
-def cached_attention_setup(cache: KVCache, num_new: int, kv_len: int | None, rope_cos: torch.Tensor,
-                           rope_sin_signed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """What every layer of a cached forward shares: RoPE cos/sin [B, 1, S, D] at each row's own positions,
-    and the write slots / attention bias for `cached_attend`. Shapes only; no host sync."""
-    kv_len = cache.max_len if kv_len is None else kv_len
-    if not isinstance(kv_len, int) or not num_new <= kv_len <= cache.max_len:
-        raise ValueError(f"kv_len must be an int in [{num_new}, max_len={cache.max_len}] "
-                         f"(>= max(lengths) + new tokens), got {kv_len!r}")
-    pos = cache.positions(num_new)  # [B, S]
-    slots = torch.arange(kv_len, device=cache.device)  # [kv_len]
-    visible = slots <= pos[..., None]  # [B, S, kv_len]: slot j is visible to query s iff j <= lengths[b] + s
-    zero = torch.zeros((), dtype=cache.dtype, device=cache.device)
-    bias = torch.where(visible, zero, zero - math.inf)  # [B, S, kv_len] 0 where visible, -inf elsewhere
-    rows = torch.arange(cache.batch, device=cache.device)[:, None]  # [B, 1]
-    # Only padding slots of a multi-row write can lie past the RoPE table (real positions are bounds-checked
-    # by the caller); clamping them keeps the gather in range, and those slots are never attended to.
-    rope_pos = pos.clamp(max=rope_cos.shape[0] - 1)
-    cos, sin = rope_cos[rope_pos][:, None], rope_sin_signed[rope_pos][:, None]  # [B, 1, S, D]
-    return cos, sin, dict(rows=rows, pos=pos, bias=bias[:, None, None])
 
 
 # --------------------------------------------------------------------------------------------------

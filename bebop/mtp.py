@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bebop.kvcache import KVCache
-from bebop.model import (DecoderLayer, ModelConfig, RMSNorm, Transformer, cached_attend, cached_attention_setup,
-                         init_weights)
+from bebop.attention import cached_attend, cached_attention_setup
+from bebop.model import DecoderLayer, ModelConfig, RMSNorm, Transformer, init_weights
 
 
 def chain_mask(num_anchors: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
