@@ -168,23 +168,25 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
+def _save_fused(fused: str, parts: dict[str, int], module, state, prefix, local_metadata) -> None:
+    weight = state.pop(f"{prefix}{fused}.weight")
+    for name, block in zip(parts, weight.split(list(parts.values()))):
+        state[f"{prefix}{name}.weight"] = block
+
+
+def _load_fused(fused: str, parts: dict[str, int], module, state, prefix, *args) -> None:
+    names = [f"{prefix}{name}.weight" for name in parts]
+    if all(name in state for name in names):
+        state[f"{prefix}{fused}.weight"] = torch.cat([state.pop(name) for name in names])
+
+
 def fuse_checkpoint_names(module: nn.Module, fused: str, parts: dict[str, int]) -> None:
     """Let `module.<fused>` (a bias-free Linear whose output rows are the `parts`, in order, with these row
     counts) read and write checkpoints as separate `module.<part>.weight` tensors: `state_dict` gives row views
-    under the part names (so copying into them writes the fused weight), `load_state_dict` concatenates them."""
-
-    def save_hook(module, state, prefix, local_metadata) -> None:
-        weight = state.pop(f"{prefix}{fused}.weight")
-        for name, block in zip(parts, weight.split(list(parts.values()))):
-            state[f"{prefix}{name}.weight"] = block
-
-    def load_hook(module, state, prefix, *args) -> None:
-        names = [f"{prefix}{name}.weight" for name in parts]
-        if all(name in state for name in names):
-            state[f"{prefix}{fused}.weight"] = torch.cat([state.pop(name) for name in names])
-
-    module.register_state_dict_post_hook(save_hook)
-    module.register_load_state_dict_pre_hook(load_hook)
+    under the part names (so copying into them writes the fused weight), `load_state_dict` concatenates them.
+    The hooks are module-level partials, so the module still pickles."""
+    module.register_state_dict_post_hook(partial(_save_fused, fused, parts))
+    module.register_load_state_dict_pre_hook(partial(_load_fused, fused, parts))
 
 
 class Attention(nn.Module):
