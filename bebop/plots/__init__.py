@@ -1,0 +1,52 @@
+"""The figures of bebop, shared by the dashboard (app/) and the notebooks: tidy DataFrames in, Plotly out.
+
+Every figure comes in two halves. A `*_data` function turns train streams (`{run name: DataFrame}` as
+`bebop.runlog` reads them) into one tidy table with a `run` column: that table is what a CSV download
+holds, at full resolution. The figure function draws that table. Rates are pooled from counters
+(`bebop.metrics`), never averaged over steps, and the entropy-law line is `bebop.metrics.fit_entropy_law`.
+
+On screen each trace keeps at most MAX_POINTS points (evenly thinned, first and last kept), smoothing is a
+TensorBoard-style debiased EMA over the full series drawn over a faint raw trace, and a run keeps its
+colour across every figure of a page (`run_colors`).
+
+One module per kind of figure (style: shared colours and helpers; entropy; traces over time; speed; the Eq.-16
+decomposition; samples); import them all from here: `from bebop import plots`.
+"""
+
+from bebop.plots.style import (ACCEPT_LENGTH, MAX_POINTS, ORIGIN_COLORS, PALETTE, TEMPLATE, X_AXES, pooled, run_colors,
+                               smooth, thin)
+from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, token_points
+from bebop.plots.traces import lines, over_time
+from bebop.plots.speed import positions, positions_figure, speedup_figure, speedup_table, step_time_figure, step_times
+from bebop.plots.decomposition import decomposition_data, decomposition_figure
+from bebop.plots.samples import sample_html, sample_tokens, token_figure
+
+__all__ = [
+    "ACCEPT_LENGTH",
+    "MAX_POINTS",
+    "ORIGIN_COLORS",
+    "PALETTE",
+    "TEMPLATE",
+    "X_AXES",
+    "acceptance_vs_entropy",
+    "decomposition_data",
+    "decomposition_figure",
+    "entropy_fits",
+    "entropy_points",
+    "lines",
+    "over_time",
+    "pooled",
+    "positions",
+    "positions_figure",
+    "run_colors",
+    "sample_html",
+    "sample_tokens",
+    "smooth",
+    "speedup_figure",
+    "speedup_table",
+    "step_time_figure",
+    "step_times",
+    "thin",
+    "token_figure",
+    "token_points",
+]

@@ -1,0 +1,97 @@
+"""Shared constants and helpers of the figures: colours, thinning, smoothing, layout, pooled counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from bebop import metrics
+
+MAX_POINTS = 1500
+PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
+           "#FF9DA6", "#BAB0AC")
+ORIGIN_COLORS = {"accepted": "#2E9E5B", "recovered": "#E8833A", "bonus": "#3C78D8", "plain": "#9AA0A6"}
+X_AXES = {"step": ("step", "RL step"), "time": ("time", "wall time (min)"), "tokens": ("tokens", "generated tokens")}
+ACCEPT_LENGTH = "spec/accept_length"
+TEMPLATE = "plotly_white"
+
+
+def run_colors(runs: Iterable[str]) -> dict[str, str]:
+    """One colour per run, by order: pass the page's run list so every figure agrees."""
+    return {run: PALETTE[i % len(PALETTE)] for i, run in enumerate(dict.fromkeys(runs))}
+
+
+def thin(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Indices of at most `max_points` evenly spaced rows out of n, always keeping the first and last."""
+    if max_points < 2:
+        raise ValueError(f"max_points must be >= 2, got {max_points}")
+    if n <= max_points:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+
+
+def smooth(values: Sequence[float], weight: float) -> np.ndarray:
+    """Debiased EMA (TensorBoard's slider): weight 0 is the raw series, 0.99 very smooth; NaNs are skipped."""
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must lie in [0, 1), got {weight}")
+    series = pd.Series(values, dtype=float)
+    if weight == 0.0:
+        return series.to_numpy()
+    return series.ewm(alpha=1.0 - weight, adjust=True, ignore_na=True).mean().to_numpy()
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(
+        template=TEMPLATE, title=dict(text=title, x=0.01, xanchor="left"), height=height,
+        margin=dict(l=60, r=20, t=50, b=40), hovermode="closest", uirevision="keep",
+        # Below the axes: run names are long, and a legend on top fights the title for room.
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0),
+    )
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title)
+    return fig
+
+
+def _colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, str]:
+    """`given` colours, with unused palette colours for runs it does not cover (e.g. eval sub-series)."""
+    colors = dict(given or {})
+    spare = [c for c in PALETTE if c not in colors.values()] or list(PALETTE)
+    for i, run in enumerate(r for r in runs if r not in colors):
+        colors[run] = spare[i % len(spare)]
+    return colors
+
+
+def _runs(data: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(data["run"])) if len(data) else []
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    return np.array(column, dtype=float)  # a writable copy: torch refuses pandas' read-only views
+
+
+def _check_columns(data: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in data.columns]
+    if missing:
+        raise ValueError(f"{what} needs columns {missing}; got {list(data.columns)}")
+
+
+def pooled(train: pd.DataFrame) -> dict:
+    """`metrics.pool` of every row, vectorised (column sums), so a long run stays cheap to redraw.
+
+    Rows without MTP (no spec/gamma) are ignored; rows that disagree on γ or method cannot be pooled.
+    """
+    spec = train[train["spec/gamma"].notna()] if "spec/gamma" in train.columns else train.iloc[0:0]
+    if spec.empty:
+        raise ValueError("no speculative counters to pool (a run without MTP rollouts)")
+    total = spec.select_dtypes("number").sum().to_dict()
+    for key in ("spec/gamma", "spec/method"):
+        values = spec[key].dropna().unique() if key in spec.columns else []
+        if len(values) > 1:
+            raise ValueError(f"cannot pool rows with different {key}: {list(values)}")
+        if len(values):
+            total[key] = values[0]
+    total["spec/gamma"] = int(total["spec/gamma"])
+    return metrics.pool([total])
