@@ -11,8 +11,8 @@ For each model and batch size it measures, side by side:
 
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
 and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
-step in units of a one-token target step: the one-layer head is about a third of a step on the 4-layer tiny model
-and a tenth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
+step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
+and an eighth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
 
 The draft head is the self-draft head of `bebop.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
 E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
