@@ -7,8 +7,9 @@ cell raise. The notebooks are committed without outputs; `pytest --nbmake notebo
 
 Budget (quick profile, 2 CPU cores, measured on a quiet machine): 01 ~35 s, 02 ~15 s, 03 ~60 s, 04 ~40 s,
 05 ~30 s, about 3 minutes for the set. BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
-test fails) only when one cell runs past it, which on a shared CI host still leaves a 5-10x margin. Speed belongs
-in `bebop bench`, not in wall-clock assertions that flake with the host's load.
+test fails) only when one cell runs past it. Notebook 02 has twice taken minutes instead of seconds inside a full
+suite run with its kernel idle the whole time (never reproduced alone), so the guard is 600 s for every notebook.
+Speed belongs in `bebop bench`, not in wall-clock assertions that flake with the host's load.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 BUDGET_S = {  # per-cell hang guard, seconds
-    "01_entropy_bounds_acceptance": 300,
-    "02_rejection_vs_greedy": 300,
+    "01_entropy_bounds_acceptance": 600,
+    "02_rejection_vs_greedy": 600,
     "03_tv_loss": 600,
-    "04_online_vs_pre_rl": 450,
-    "05_end_to_end_speedup": 300,
+    "04_online_vs_pre_rl": 600,
+    "05_end_to_end_speedup": 600,
 }
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
