@@ -316,6 +316,21 @@ def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pa
         Trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(), resume=True)
 
 
+def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):
+    import torch
+
+    from bebop.rl.checkpoint import save_checkpoint
+
+    trainer, _ = train(pair, tok, tmp_path, "run", steps=2)
+    run_dir = tmp_path / "run"
+    state = torch.load(checkpoint_path(run_dir), weights_only=True)
+    state["optimizer"]["param_groups"][0]["params"].pop()  # as if saved by a model with one tensor fewer
+    save_checkpoint(run_dir, {k: v for k, v in state.items() if k != "format"})
+    model, head = pair
+    with pytest.raises(ValueError, match=f"checkpoint in {run_dir} does not fit this model"):
+        Trainer(trainer.config, model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
+
+
 # ------------------------------------------------------------------------------------- CLI and bench
 @pytest.fixture(scope="module")
 def policy_dir(pair, tok, tmp_path_factory):

@@ -144,7 +144,7 @@ class Trainer:
             if self.head is not None:
                 self.head.load_state_dict(state["head"])
             self.online.load_state_dict(state["mtp_optimizer"])
-        except (RuntimeError, KeyError) as err:
+        except (RuntimeError, KeyError, ValueError) as err:  # e.g. optimizer state saved for other parameters
             raise ValueError(f"checkpoint in {self.run_dir} does not fit this model: {err}") from err
         torch.set_rng_state(state["rng"])
         self.start_step, self.version = int(state["step"]) + 1, int(state["policy_version"])
