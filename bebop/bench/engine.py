@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
     parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=int, default=3,
                         help="timed rounds; each runs every cell once, in turn (median reported)")
     parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16")
     parser.add_argument("--device", default="cpu")
