@@ -204,7 +204,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(config.num_attention_heads * D, d, bias=False)
         self.q_norm = RMSNorm(D, config.rms_norm_eps)
         self.k_norm = RMSNorm(D, config.rms_norm_eps)
-        fuse_checkpoint_names(self, "qkv_proj", {name: n * D for name, n in zip(("q_proj", "k_proj", "v_proj"), self.split)})
+        parts = {name: n * D for name, n in zip(("q_proj", "k_proj", "v_proj"), self.split)}  # checkpoint rows
+        fuse_checkpoint_names(self, "qkv_proj", parts)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         B, S, _ = x.shape
