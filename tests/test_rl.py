@@ -20,7 +20,7 @@ from bebop.mtp import MTPHead
 from bebop.rl import OnlineMTP, RLConfig, Trainer
 from bebop.rl.checkpoint import checkpoint_path
 from bebop.rl.cli import add_arguments, config_from_args
-from bebop.rl.rollouts import align, collect, sample_examples
+from bebop.rl.rollouts import align, collect, micro_batches, sample_examples
 from bebop.rollout import GenerationConfig, Rollout
 from bebop.engine import Engine
 from bebop.runlog import load_run
@@ -151,6 +151,59 @@ def test_update_uses_the_batch_behaviour_logprobs(pair, tok, tmp_path):
     trainer.writer.close()
 
 
+@pytest.mark.parametrize("mtp, dtype", [("frozen", "fp32"), ("online-tv", "fp32"), ("online-tv", "bf16")])
+def test_micro_batched_update_is_the_full_batch_update(pair, tok, tmp_path, mtp, dtype):
+    """Length-sorted micro-batches skip the padding but take the same step: same stats, same accumulated
+    gradient, same online-head step (it gets every row's activations). Gradients rather than the new weights
+    are compared: Adam's first step divides by |g|, which turns rounding in a near-zero gradient into noise."""
+    model, head = pair
+    config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4,
+                           max_new_tokens=16, lr=1e-2, gen_dtype=dtype)  # bf16: the update runs under autocast
+    tol = dict(rtol=1e-4, atol=1e-7) if dtype == "fp32" else dict(rtol=2e-2, atol=1e-4)
+    results = []
+    for name, budget in (("whole", 0), ("micro", 40)):
+        trainer = Trainer(config.replace(micro_batch_tokens=budget), model, tok, head=head,
+                          run_dir=tmp_path / f"{mtp}-{name}", task=Digits())
+        batch = trainer._generate(0, 0)
+        if name == "micro":
+            assert len(micro_batches(batch.lengths.tolist(), budget)) >= 3  # really split
+            assert len(set(batch.lengths.tolist())) > 1  # and really ragged
+        record = trainer.update(batch)
+        grads = lambda module: {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        results.append((record, grads(trainer.policy), grads(trainer.head)))
+        trainer.writer.close()
+    (whole, whole_policy, whole_head), (micro, micro_policy, micro_head) = results
+    for key in ("actor/loss", "actor/pg_loss", "actor/ppo_kl", "actor/clip_frac", "actor/grad_norm"):
+        assert micro[key] == pytest.approx(whole[key], rel=tol["rtol"], abs=tol["atol"]), key
+    assert len(whole_policy) == len(list(model.parameters())) and len(whole_head) == (mtp != "frozen") * len(
+        list(head.parameters()))
+    torch.testing.assert_close(micro_policy, whole_policy, **tol)
+    if dtype == "fp32":  # in bf16 the head's inputs carry the rounding of another batch shape: loss only
+        torch.testing.assert_close(micro_head, whole_head, **tol)
+    if mtp == "online-tv":
+        assert micro["mtp/loss/e2e_tv"] == pytest.approx(whole["mtp/loss/e2e_tv"], rel=tol["rtol"])
+
+
+def test_micro_batches_cover_every_row_once_within_the_budget():
+    lengths = [5, 17, 3, 17, 9, 12, 1, 30]
+    for budget in (0, 1, 20, 34, 40, 1000):
+        batches = micro_batches(lengths, budget)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        order = [i for b in batches for i in b]
+        assert [lengths[i] for i in order] == sorted(lengths, reverse=True)  # longest first
+        for b in batches:
+            padded = len(b) * max(lengths[i] for i in b)
+            assert budget == 0 or padded <= budget or len(b) == 1, (budget, b)
+    assert micro_batches(lengths, 0) == [sorted(range(8), key=lambda i: (-lengths[i], i))]
+    assert micro_batches(lengths, 34) == [[7], [1, 3], [5, 4], [0, 2, 6]]
+    assert micro_batches([], 10) == []
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="max_tokens"):
+            micro_batches(lengths, bad)
+    with pytest.raises(ValueError, match="micro_batch_tokens"):
+        RLConfig.tiny(micro_batch_tokens=-5)
+
+
 # ------------------------------------------------------------------------------------- logs and shapes
 def test_streams_hold_the_design_names_and_samples(pair, tok, tmp_path):
     trainer, _ = train(pair, tok, tmp_path, "logs", steps=2, rollout="rs", samples_per_step=3)
@@ -276,6 +329,11 @@ def test_cli_rejects_bad_names_before_loading_a_model(tmp_path):
     args = parser.parse_args(["--out", str(tmp_path / "x"), "--sync", "--rollout", "to", "--steps", "3"])
     config = config_from_args(args)
     assert (config.mode, config.rollout, config.steps) == ("sync", "to", 3)
+    assert config.micro_batch_tokens == RLConfig.micro_batch_tokens
+    args = parser.parse_args(["--out", str(tmp_path / "x"), "--micro-batch-tokens", "0"])
+    assert config_from_args(args).micro_batch_tokens == 0
+    with pytest.raises(ValueError, match="micro_batch_tokens"):
+        config_from_args(parser.parse_args(["--out", str(tmp_path / "x"), "--micro-batch-tokens", "-1"]))
 
 
 def test_head_that_does_not_fit_the_policy_is_refused(pair, tok, tmp_path):

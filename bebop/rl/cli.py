@@ -35,12 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--gamma", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--micro-batch-tokens", type=int, default=None,
+                        help="padded tokens per update micro-batch, rows sorted by length (0 = the whole batch at once)")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true")
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    overrides = {k: getattr(args, k) for k in ("steps", "seed", "lr", "gamma", "threads") if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens")
+                 if getattr(args, k) is not None}
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,

@@ -44,6 +44,7 @@ class RLConfig:
     seed: int = 0
     gen_dtype: str = "auto"  # the rollout snapshot's dtype: "auto" (bf16 where fast) | "fp32" | "bf16"
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
+    micro_batch_tokens: int = 2048  # padded tokens per update micro-batch, rows sorted by length (0 = one batch)
 
     def __post_init__(self) -> None:
         for name, options in (("task", TASKS), ("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)):
@@ -71,6 +72,9 @@ class RLConfig:
             raise ValueError(f"RLConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
         if self.gen_dtype not in ("auto", "fp32", "bf16"):
             raise ValueError(f"RLConfig.gen_dtype must be 'auto', 'fp32' or 'bf16', got {self.gen_dtype!r}")
+        if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \
+                or self.micro_batch_tokens < 0:
+            raise ValueError(f"RLConfig.micro_batch_tokens must be a non-negative int, got {self.micro_batch_tokens!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
         if self.mtp != "frozen" and self.rollout == "none":

@@ -56,11 +56,14 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
 
 def grpo_loss(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, *, clip_eps: float = 0.2, ref_logprobs: torch.Tensor | None = None,
-              kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              kl_coef: float = 0.0, num_tokens: int | torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped token-mean GRPO loss.
 
     logprobs [B, L] (current policy, differentiable), behaviour_logprobs [B, L] (from the Rollout),
     advantages [B], mask [B, L] bool (True = a token the policy generated), ref_logprobs [B, L] or None.
+    num_tokens: the token-mean's denominator, default mask.sum(); a micro-batch passes the whole batch's
+    count, so the losses (and stats) of its micro-batches add up to the whole batch's exactly.
     Returns (loss scalar, detached stats: pg_loss, ppo_kl, clip_frac, kl_ref)."""
     B, L = logprobs.shape
     for name, t in (("behaviour_logprobs", behaviour_logprobs), ("mask", mask)):
@@ -72,7 +75,8 @@ def grpo_loss(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, advantag
         raise ValueError(f"clip_eps must be in (0, 1), got {clip_eps}")
     if kl_coef < 0 or (kl_coef > 0 and ref_logprobs is None):
         raise ValueError(f"kl_coef must be >= 0, and > 0 needs ref_logprobs (got {kl_coef})")
-    weight = mask.float() / mask.sum().clamp(min=1)  # [B, L] token-mean weights
+    denominator = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens)
+    weight = mask.float() / denominator.clamp(min=1)  # [B, L] token-mean weights
     log_ratio = logprobs - behaviour_logprobs.detach()  # [B, L]
     ratio = log_ratio.exp()
     adv = advantages.detach().float()[:, None]  # [B, 1]

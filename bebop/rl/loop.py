@@ -41,12 +41,12 @@ from bebop.rl.checkpoint import load_checkpoint, save_checkpoint
 from bebop.rl.config import RLConfig
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
-from bebop.rl.rollouts import RolloutBatch, collect, sample_examples
+from bebop.rl.rollouts import RolloutBatch, collect, micro_batches, sample_examples
 from bebop.rollout import GenerationConfig
 from bebop.runlog import RunWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
-RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step")
+RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens")
 _COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/")
 
 
@@ -180,34 +180,60 @@ class Trainer:
         return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """One GRPO step on `batch` (ratios against its behaviour log-probs), then the MTP strategy."""
+        """One GRPO step on `batch` (ratios against its behaviour log-probs), then the MTP strategy.
+
+        The gradient accumulates over length-sorted micro-batches (`micro_batch_tokens`), each padded only to
+        its own longest row; every micro-batch's loss is a token sum over the whole batch's token count, so
+        the step equals one full-batch step without computing the padding."""
         c = self.config
         start = time.perf_counter()
         self.policy.train()
-        with self._autocast():
-            logits, hidden = self.policy(batch.tokens)  # [N, L, V], [N, L, d]
-        logprobs = token_logprobs(logits[:, :-1], batch.targets, c.temperature)  # [N, L-1]
-        ref_logprobs = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logprobs = token_logprobs(self.reference(batch.tokens)[0][:, :-1], batch.targets, c.temperature)
         advantages = group_advantages(batch.rewards, c.group_size)  # [N]
-        loss, stats = grpo_loss(logprobs, batch.behaviour_logprobs, advantages, batch.policy_mask,
-                                clip_eps=c.clip_eps, ref_logprobs=ref_logprobs, kl_coef=c.kl_coef)
+        num_tokens = batch.policy_mask.sum()
+        N, L = batch.tokens.shape
+        keep = self.online.trains  # the online head trains on the backbone's activations of every row
+        hidden = torch.zeros(N, L, self.policy.config.hidden_size) if keep else None  # [N, L, d]
+        logits = torch.zeros(N, L, self.policy.config.vocab_size) if keep else None  # [N, L, V]
+        totals: dict[str, torch.Tensor] = {}
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        for rows in micro_batches(batch.lengths.tolist(), c.micro_batch_tokens):
+            index = torch.tensor(rows)
+            width = int(batch.lengths[index].max())
+            stats, part_logits, part_hidden = self._micro_step(batch, index, width, advantages[index], num_tokens)
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0.0) + value
+            if keep:
+                hidden[index, :width], logits[index, :width] = part_hidden.float(), part_logits.float()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip)
         self.optimizer.step()
         self.version += 1
         mid = time.perf_counter()
-        mtp = self.online.update(self.policy, hidden.detach().float(), logits.detach().float(), batch.tokens,
-                                 batch.lengths, batch.prompt_lengths)
+        mtp = self.online.update(self.policy, hidden, logits, batch.tokens, batch.lengths, batch.prompt_lengths)
         end = time.perf_counter()
-        record = {f"actor/{k}": float(v) for k, v in stats.items()}
-        record.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(loss.detach()), **mtp,
+        record = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
+        record.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
                        "timing_s/update_actor": mid - start, "timing_s/update_mtp": end - mid})
         record["_update_interval"] = (start, end)
         return record
+
+    def _micro_step(self, batch: RolloutBatch, index: torch.Tensor, width: int, advantages: torch.Tensor,
+                    num_tokens: torch.Tensor) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """Forward and backward over rows `index` cut to `width` tokens; returns their stats, logits and
+        hidden states (detached: the online head trains on them)."""
+        c = self.config
+        tokens, targets = batch.tokens[index, :width], batch.targets[index, : width - 1]  # [n, W], [n, W-1]
+        with self._autocast():
+            logits, hidden = self.policy(tokens)  # [n, W, V], [n, W, d]
+        logprobs = token_logprobs(logits[:, :-1], targets, c.temperature)  # [n, W-1]
+        ref_logprobs = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logprobs = token_logprobs(self.reference(tokens)[0][:, :-1], targets, c.temperature)
+        loss, stats = grpo_loss(logprobs, batch.behaviour_logprobs[index, : width - 1], advantages,
+                                batch.policy_mask[index, : width - 1], clip_eps=c.clip_eps,
+                                ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
+        loss.backward()
+        return {"loss": loss.detach(), **stats}, logits.detach(), hidden.detach()
 
     # ------------------------------------------------------------------------------------------- loop
     def run(self) -> list[dict]:

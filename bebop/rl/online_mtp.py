@@ -45,12 +45,18 @@ class OnlineMTP:
             self.optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
 
     @property
+    def trains(self) -> bool:
+        """True when `update` trains the head (it then needs the backbone's hidden states and logits)."""
+        return self.optimizer is not None
+
+    @property
     def objective(self) -> str | None:
         return OBJECTIVE.get(self.strategy)
 
-    def update(self, backbone, hidden: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
+    def update(self, backbone, hidden: torch.Tensor | None, logits: torch.Tensor | None, tokens: torch.Tensor,
                lengths: torch.Tensor, prompt_lengths: torch.Tensor) -> dict[str, float]:
-        """One head step on rows `tokens` [B, L] with the backbone's hidden [B, L, d] and logits [B, L, V].
+        """One head step on rows `tokens` [B, L] with the backbone's hidden [B, L, d] and logits [B, L, V]
+        (None when the head is frozen: nothing is read).
 
         Anchors are completion positions (t >= prompt length - 1) whose whole chain is inside the row."""
         if self.optimizer is None:
