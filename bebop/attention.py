@@ -1,6 +1,8 @@
 """Rotary embeddings and the two attention paths of `bebop.model`, as pure functions on tensors.
 
   * `causal_attend`: a plain causal forward over [B, S] (training); SDPA.
+  * `prefix_attend`: rows that continue a shared prompt attend over its keys/values, computed once per prompt
+    (the GRPO update: every completion of a group starts with the same prompt).
   * `cached_attend` with `cached_attention_setup`: row b's new tokens sit at positions cache.lengths[b] + s
     (RoPE positions too); their K/V are written there and query s attends to slots <= lengths[b] + s, over
     the first `kv_len` slots only. Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are
@@ -45,6 +47,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
 def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Plain causal attention, q [B, H, S, D], k/v [B, Hkv, S, D] -> [B, H, S, D]."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def prefix_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, prefix_k: torch.Tensor,
+                  prefix_v: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """Suffix queries q [N, H, S, D] over a prefix's keys/values prefix_k/prefix_v [N, Hkv, P, D] (gathered per
+    row from a shared prompt) followed by the suffix's own k/v [N, Hkv, S, D]; visible [N, 1, S, P + S] bool."""
+    keys, values = torch.cat([prefix_k, k], 2), torch.cat([prefix_v, v], 2)  # [N, Hkv, P + S, D]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor,

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bebop.attention import Attend, apply_rope, cached_attend, cached_attention_setup, causal_attend, rope_tables
+from bebop.attention import (Attend, apply_rope, cached_attend, cached_attention_setup, causal_attend, prefix_attend,
+                             rope_tables)
 from bebop.kvcache import KVCache
 
 
@@ -310,11 +311,47 @@ class Transformer(nn.Module):
                                  f"batch={B} and the model {len(self.model.layers)} layers")
             cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin_signed)
             attends = [partial(cached_attend, k_cache=k, v_cache=v, **shared) for k, v in zip(cache.k, cache.v)]
-        x = self.model.embed_tokens(tokens)  # [B, S, d]
-        for layer, attend in zip(self.model.layers, attends):
-            x = layer(x, cos, sin, attend)
-        hidden = self.model.norm(x)  # [B, S, d]
+        hidden = self._layers(tokens, cos, sin, attends)  # [B, S, d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
+
+    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attends: list[Attend]) -> torch.Tensor:
+        x = self.model.embed_tokens(tokens)  # [B, S, d]
+        for layer, attend in zip(self.model.layers, attends, strict=True):
+            x = layer(x, cos, sin, attend)
+        return self.model.norm(x)  # [B, S, d]
+
+    def forward_shared_prefix(self, prefix: torch.Tensor, prefix_lengths: torch.Tensor, suffix: torch.Tensor,
+                              group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows that share prompts, each prompt computed once (training; no cache).
+
+        prefix [G, P] long, right-padded to real lengths prefix_lengths [G]; suffix [N, S] long; row n is
+        prefix[group[n], :prefix_lengths[group[n]]] followed by suffix[n]. Returns (prefix_logits [G, P, V],
+        prefix_hidden [G, P, d], suffix_logits [N, S, V], suffix_hidden [N, S, d]), what `forward` gives on each
+        concatenated row at the same positions; gradients from all rows of a prompt meet in its one copy."""
+        (G, P), (N, S) = prefix.shape, suffix.shape
+        if prefix_lengths.shape != (G,) or group.shape != (N,):
+            raise ValueError(f"prefix_lengths must be [G]={G} and group [N]={N}; got {tuple(prefix_lengths.shape)}, "
+                             f"{tuple(group.shape)}")
+        if P + S > self.config.max_position_embeddings:
+            raise ValueError(f"prefix + suffix length {P + S} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def keep_kv(q, k, v):  # the prompt's keys/values per layer, for its rows' suffixes to attend over
+            prefix_kv.append((k, v))
+            return causal_attend(q, k, v)
+
+        layers = len(self.model.layers)
+        prefix_hidden = self._layers(prefix, self.rope_cos[:P], self.rope_sin_signed[:P], [keep_kv] * layers)
+        start = prefix_lengths.to(suffix.device)[group]  # [N] where each suffix begins
+        pos = start[:, None] + torch.arange(S, device=suffix.device)  # [N, S]
+        slot = torch.arange(P + S, device=suffix.device)  # [P + S]: prefix slots, then suffix slots
+        visible = torch.where(slot < P, slot < start[:, None, None],  # a prompt's real positions ...
+                              slot - P <= torch.arange(S, device=suffix.device)[:, None])  # ... then causal: [N, S, P+S]
+        attends = [partial(prefix_attend, prefix_k=k[group], prefix_v=v[group], visible=visible[:, None])
+                   for k, v in prefix_kv]
+        suffix_hidden = self._layers(suffix, self.rope_cos[pos][:, None], self.rope_sin_signed[pos][:, None], attends)
+        return self.lm_logits(prefix_hidden), prefix_hidden, self.lm_logits(suffix_hidden), suffix_hidden
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Project final hidden states [..., d] (as returned by forward) to logits [..., V]."""

@@ -152,6 +152,46 @@ def test_training_path_has_gradients(model):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable.parameters())
 
 
+def test_shared_prefix_rows_equal_the_concatenated_rows_with_their_gradients(model):
+    """forward_shared_prefix (the GRPO update's layout) gives each row's logits and hidden states as forward()
+    does on prompt + suffix, for prompts and suffixes of different lengths, and the same gradient."""
+    trainable = Transformer(model.config)
+    trainable.load_state_dict(model.state_dict())
+    prompts = [tokens(5, seed=1).tolist(), tokens(2, seed=2).tolist(), tokens(3, seed=3).tolist()]
+    suffixes = [tokens(n, seed=10 + n).tolist() for n in (3, 1, 5, 2, 4)]
+    group = torch.tensor([0, 0, 1, 2, 2])
+    prefix = torch.zeros(3, 5, dtype=torch.long)
+    suffix = torch.full((5, 5), VOCAB - 1)  # padding past each suffix: must not leak into real positions
+    for i, p in enumerate(prompts):
+        prefix[i, : len(p)] = torch.tensor(p)
+    for i, t in enumerate(suffixes):
+        suffix[i, : len(t)] = torch.tensor(t)
+    lengths = torch.tensor([len(p) for p in prompts])
+    prefix_logits, prefix_hidden, suffix_logits, suffix_hidden = trainable.forward_shared_prefix(
+        prefix, lengths, suffix, group)
+    assert prefix_logits.shape == (3, 5, VOCAB) and suffix_hidden.shape == (5, 5, model.config.hidden_size)
+    shared_loss, plain_loss = 0.0, 0.0
+    plain = Transformer(model.config)
+    plain.load_state_dict(model.state_dict())
+    for n, g in enumerate(group.tolist()):
+        P, S = len(prompts[g]), len(suffixes[n])
+        logits, hidden = plain(torch.tensor([prompts[g] + suffixes[n]]))
+        torch.testing.assert_close(suffix_logits[n, :S], logits[0, P:], atol=ATOL, rtol=0)
+        torch.testing.assert_close(suffix_hidden[n, :S], hidden[0, P:], atol=ATOL, rtol=0)
+        torch.testing.assert_close(prefix_logits[g, :P], logits[0, :P], atol=ATOL, rtol=0)
+        plain_loss = plain_loss + logits[0].logsumexp(-1).sum()  # every position of the row, prompt included
+        shared_loss = shared_loss + prefix_logits[g, :P].logsumexp(-1).sum() + suffix_logits[n, :S].logsumexp(-1).sum()
+    plain_loss.backward()
+    shared_loss.backward()
+    for (name, a), b in zip(trainable.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+    with pytest.raises(ValueError, match="group"):
+        trainable.forward_shared_prefix(prefix, lengths, suffix, group[:3])
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        long = torch.zeros(1, model.config.max_position_embeddings, dtype=torch.long)
+        trainable.forward_shared_prefix(long, torch.tensor([3]), tokens(1, 2), torch.tensor([0]))
+
+
 def test_cache_errors_and_bounds(model):
     cache = model.new_cache(2, 6)
     with pytest.raises(ValueError, match="kv_len"):

@@ -3,8 +3,10 @@
 Runs on a 2-layer random-init policy and a toy task (reward = fraction of digits in the completion), which
 a working gradient lifts within a dozen steps and a broken one cannot; each run takes about a second."""
 
+import copy
 import inspect
 import json
+import math
 import os
 import signal
 import subprocess
@@ -20,7 +22,9 @@ from bebop.mtp import MTPHead
 from bebop.rl import OnlineMTP, RLConfig, Trainer
 from bebop.rl.checkpoint import checkpoint_path
 from bebop.rl.cli import add_arguments, config_from_args
-from bebop.rl.rollouts import align, collect, micro_batches, sample_examples
+from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from bebop.rl.rollouts import align, collect, sample_examples
+from bebop.rl.shared_prompt import micro_batches, prompt_groups
 from bebop.rollout import GenerationConfig, Rollout
 from bebop.engine import Engine
 from bebop.runlog import load_run
@@ -151,57 +155,90 @@ def test_update_uses_the_batch_behaviour_logprobs(pair, tok, tmp_path):
     trainer.writer.close()
 
 
-@pytest.mark.parametrize("mtp, dtype", [("frozen", "fp32"), ("online-tv", "fp32"), ("online-tv", "bf16")])
-def test_micro_batched_update_is_the_full_batch_update(pair, tok, tmp_path, mtp, dtype):
-    """Length-sorted micro-batches skip the padding but take the same step: same stats, same accumulated
-    gradient, same online-head step (it gets every row's activations). Gradients rather than the new weights
-    are compared: Adam's first step divides by |g|, which turns rounding in a near-zero gradient into noise."""
+class Ragged(Digits):
+    """Digits with prompts of different lengths, so a micro-batch pads prompts as well as completions."""
+
+    def sample(self, n, seed, level=None):
+        return [Example(prompt=f"go {'x' * ((seed + i) % 5)}{i}:\n", answer=0, level=1, task="digits")
+                for i in range(n)]
+
+
+def padded_row_step(policy, head, batch, config):
+    """The update written the plain way, on the padded [N, L] rows: (loss, grad norm, policy grads, head grads,
+    head record). Like the trainer, it steps the policy before the online head trains on its activations."""
+    logits, hidden = policy(batch.tokens)
+    loss, _ = grpo_loss(token_logprobs(logits[:, :-1], batch.targets), batch.behaviour_logprobs,
+                        group_advantages(batch.rewards, config.group_size), batch.policy_mask, clip_eps=config.clip_eps)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+    torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0).step()  # the head reads the new LM head
+    online = OnlineMTP(head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip, depth=config.mtp_depth)
+    mtp = online.update(policy, hidden.detach(), logits.detach(), batch.tokens, batch.lengths, batch.prompt_lengths)
+    grads = lambda module: {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}  # noqa: E731
+    return float(loss.detach()), float(grad_norm), grads(policy), grads(head), mtp
+
+
+@pytest.mark.parametrize("share, budget, mtp", [(True, 0, "frozen"), (True, 60, "online-tv"), (False, 40, "frozen")])
+def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, budget, mtp):
+    """Shared prompts and micro-batches compute less, not something else: the loss, the gradient (after
+    clipping), the stats and the online head's step equal the plain update on the padded rows."""
     model, head = pair
-    config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4,
-                           max_new_tokens=16, lr=1e-2, gen_dtype=dtype)  # bf16: the update runs under autocast
-    tol = dict(rtol=1e-4, atol=1e-7) if dtype == "fp32" else dict(rtol=2e-2, atol=1e-4)
-    results = []
-    for name, budget in (("whole", 0), ("micro", 40)):
-        trainer = Trainer(config.replace(micro_batch_tokens=budget), model, tok, head=head,
-                          run_dir=tmp_path / f"{mtp}-{name}", task=Digits())
-        batch = trainer._generate(0, 0)
-        if name == "micro":
-            assert len(micro_batches(batch.lengths.tolist(), budget)) >= 3  # really split
-            assert len(set(batch.lengths.tolist())) > 1  # and really ragged
-        record = trainer.update(batch)
-        grads = lambda module: {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
-        results.append((record, grads(trainer.policy), grads(trainer.head)))
-        trainer.writer.close()
-    (whole, whole_policy, whole_head), (micro, micro_policy, micro_head) = results
-    for key in ("actor/loss", "actor/pg_loss", "actor/ppo_kl", "actor/clip_frac", "actor/grad_norm"):
-        assert micro[key] == pytest.approx(whole[key], rel=tol["rtol"], abs=tol["atol"]), key
-    assert len(whole_policy) == len(list(model.parameters())) and len(whole_head) == (mtp != "frozen") * len(
-        list(head.parameters()))
-    torch.testing.assert_close(micro_policy, whole_policy, **tol)
-    if dtype == "fp32":  # in bf16 the head's inputs carry the rounding of another batch shape: loss only
-        torch.testing.assert_close(micro_head, whole_head, **tol)
-    if mtp == "online-tv":
-        assert micro["mtp/loss/e2e_tv"] == pytest.approx(whole["mtp/loss/e2e_tv"], rel=tol["rtol"])
+    config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4, max_new_tokens=16,
+                           lr=1e-2, micro_batch_tokens=budget, share_prompts=share)
+    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "u", task=Ragged())
+    batch = trainer._generate(0, 0)
+    assert len(set(batch.lengths.tolist())) > 1 and len(set(batch.prompt_lengths.tolist())) > 1  # ragged both ways
+    groups = prompt_groups(batch.prompts) if share else [[i] for i in range(len(batch.prompts))]
+    parts = micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), budget)
+    assert len(parts) >= (3 if budget else 1) and len(groups) == (4 if share else 16)
+    loss, grad_norm, policy_grads, head_grads, mtp_record = padded_row_step(
+        copy.deepcopy(trainer.policy), copy.deepcopy(trainer.head), batch, config)
+    record = trainer.update(batch)
+    assert record["actor/loss"] == pytest.approx(loss, rel=1e-4, abs=1e-6)  # a sum near cancellation
+    assert record["actor/grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
+    assert record["actor/ppo_kl"] < 1e-5 and record["actor/clip_frac"] == 0  # behaviour = this policy (fp32)
+    torch.testing.assert_close({n: p.grad for n, p in trainer.policy.named_parameters()}, policy_grads,
+                               rtol=1e-4, atol=1e-7)
+    if mtp != "frozen":
+        assert record["mtp/loss/e2e_tv"] == pytest.approx(mtp_record["mtp/loss/e2e_tv"], rel=1e-5)
+        torch.testing.assert_close({n: p.grad for n, p in trainer.head.named_parameters()}, head_grads,
+                                   rtol=1e-4, atol=1e-7)
+    trainer.writer.close()
 
 
-def test_micro_batches_cover_every_row_once_within_the_budget():
-    lengths = [5, 17, 3, 17, 9, 12, 1, 30]
-    for budget in (0, 1, 20, 34, 40, 1000):
-        batches = micro_batches(lengths, budget)
-        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-        order = [i for b in batches for i in b]
-        assert [lengths[i] for i in order] == sorted(lengths, reverse=True)  # longest first
-        for b in batches:
-            padded = len(b) * max(lengths[i] for i in b)
-            assert budget == 0 or padded <= budget or len(b) == 1, (budget, b)
-    assert micro_batches(lengths, 0) == [sorted(range(8), key=lambda i: (-lengths[i], i))]
-    assert micro_batches(lengths, 34) == [[7], [1, 3], [5, 4], [0, 2, 6]]
-    assert micro_batches([], 10) == []
+def test_bf16_update_runs_under_autocast_with_an_online_head(pair, tok, tmp_path):
+    model, head = pair
+    config = RLConfig.tiny(rollout="rs", mtp="online-ce", prompts_per_step=2, group_size=2, gen_dtype="bf16",
+                           micro_batch_tokens=30)
+    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "b", task=Ragged())
+    record = trainer.update(trainer._generate(0, 0))
+    assert record["mtp/online_update"] == 1 and math.isfinite(record["actor/loss"])
+    trainer.writer.close()
+
+
+def test_micro_batches_hold_whole_groups_within_the_budget():
+    prompt_lengths = [4, 4, 9, 9, 2, 2, 6]
+    lengths = [10, 20, 12, 30, 3, 5, 40]
+    groups = prompt_groups([[1] * 4, [1] * 4, [2] * 9, [2] * 9, [3] * 2, [3] * 2, [4] * 6])
+    assert groups == [[0, 1], [2, 3], [4, 5], [6]]
+    cost = lambda part: len(part) * max(prompt_lengths[g[0]] for g in part) + sum(map(len, part)) * max(  # noqa: E731
+        lengths[i] - prompt_lengths[i] for g in part for i in g)
+    for budget in (0, 1, 50, 80, 120, 1000):
+        parts = micro_batches(groups, prompt_lengths, lengths, budget)
+        assert sorted(map(tuple, (g for part in parts for g in part))) == sorted(map(tuple, groups))
+        assert [max(lengths[i] for i in g) for part in parts for g in part] == [40, 30, 20, 5]  # longest first
+        assert all(budget == 0 or len(part) == 1 or cost(part) <= budget for part in parts), (budget, parts)
+    assert micro_batches(groups, prompt_lengths, lengths, 0) == [[[6], [2, 3], [0, 1], [4, 5]]]
+    assert micro_batches(groups, prompt_lengths, lengths, 80) == [[[6]], [[2, 3]], [[0, 1], [4, 5]]]
+    assert micro_batches(groups, prompt_lengths, lengths, 120) == [[[6], [2, 3]], [[0, 1], [4, 5]]]  # 2*9 + 3*34
+    assert micro_batches([], [], [], 10) == []
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="max_tokens"):
-            micro_batches(lengths, bad)
+            micro_batches(groups, prompt_lengths, lengths, bad)
     with pytest.raises(ValueError, match="micro_batch_tokens"):
         RLConfig.tiny(micro_batch_tokens=-5)
+    with pytest.raises(ValueError, match="share_prompts"):
+        RLConfig.tiny(share_prompts="yes")
 
 
 # ------------------------------------------------------------------------------------- logs and shapes

@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times")
     parser.add_argument("--micro-batch-tokens", type=int, default=RLConfig.micro_batch_tokens,
-                        help="padded tokens per update micro-batch (0 = the whole padded batch at once)")
+                        help="computed tokens per update micro-batch (0 = the whole batch at once)")
+    parser.add_argument("--no-shared-prompts", action="store_true",
+                        help="compute each row's prompt in the update (with --micro-batch-tokens 0: the padded rows)")
     parser.add_argument("--sync", action="store_true", help="sync mode instead of the default async")
     parser.add_argument("--with-sync", action="store_true", help="also run plain decoding in sync mode (async gain)")
     parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
@@ -87,7 +89,7 @@ def bench_task(default, task: str, args, root: Path) -> dict:
     base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=args.prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
-                          micro_batch_tokens=args.micro_batch_tokens)
+                          micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts)
     variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in args.heads]
     if args.with_sync and not args.sync:
         variants.append(("none", None, "sync"))

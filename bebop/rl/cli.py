@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
-                        help="padded tokens per update micro-batch, rows sorted by length (0 = the whole batch at once)")
+                        help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once)")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true")
 

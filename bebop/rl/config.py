@@ -44,7 +44,8 @@ class RLConfig:
     seed: int = 0
     gen_dtype: str = "auto"  # the rollout snapshot's dtype: "auto" (bf16 where fast) | "fp32" | "bf16"
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
-    micro_batch_tokens: int = 2048  # padded tokens per update micro-batch, rows sorted by length (0 = one batch)
+    micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
+    share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
 
     def __post_init__(self) -> None:
         for name, options in (("task", TASKS), ("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)):
@@ -75,6 +76,8 @@ class RLConfig:
         if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \
                 or self.micro_batch_tokens < 0:
             raise ValueError(f"RLConfig.micro_batch_tokens must be a non-negative int, got {self.micro_batch_tokens!r}")
+        if not isinstance(self.share_prompts, bool):
+            raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
         if self.mtp != "frozen" and self.rollout == "none":

@@ -41,12 +41,13 @@ from bebop.rl.checkpoint import load_checkpoint, save_checkpoint
 from bebop.rl.config import RLConfig
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
-from bebop.rl.rollouts import RolloutBatch, collect, micro_batches, sample_examples
+from bebop.rl.rollouts import RolloutBatch, collect, sample_examples
+from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.rollout import GenerationConfig
 from bebop.runlog import RunWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
-RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens")
+RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts")
 _COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/")
 
 
@@ -182,28 +183,30 @@ class Trainer:
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """One GRPO step on `batch` (ratios against its behaviour log-probs), then the MTP strategy.
 
-        The gradient accumulates over length-sorted micro-batches (`micro_batch_tokens`), each padded only to
-        its own longest row; every micro-batch's loss is a token sum over the whole batch's token count, so
-        the step equals one full-batch step without computing the padding."""
+        The gradient accumulates over micro-batches of prompt groups (`micro_batch_tokens`) in the shared-prompt
+        layout (bebop/rl/shared_prompt.py): each prompt computed once, no row padding. Every micro-batch's loss
+        is a token sum over the whole batch's token count, so the step equals one step on the padded rows."""
         c = self.config
         start = time.perf_counter()
         self.policy.train()
         advantages = group_advantages(batch.rewards, c.group_size)  # [N]
         num_tokens = batch.policy_mask.sum()
-        N, L = batch.tokens.shape
         keep = self.online.trains  # the online head trains on the backbone's activations of every row
+        N, L = batch.tokens.shape
         hidden = torch.zeros(N, L, self.policy.config.hidden_size) if keep else None  # [N, L, d]
         logits = torch.zeros(N, L, self.policy.config.vocab_size) if keep else None  # [N, L, V]
         totals: dict[str, torch.Tensor] = {}
         self.optimizer.zero_grad(set_to_none=True)
-        for rows in micro_batches(batch.lengths.tolist(), c.micro_batch_tokens):
-            index = torch.tensor(rows)
-            width = int(batch.lengths[index].max())
-            stats, part_logits, part_hidden = self._micro_step(batch, index, width, advantages[index], num_tokens)
+        groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
+        for part in micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), c.micro_batch_tokens):
+            layout = SharedPromptLayout(batch, part)
+            stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens)
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
             if keep:
-                hidden[index, :width], logits[index, :width] = part_hidden.float(), part_logits.float()
+                prefix_logits, prefix_hidden, suffix_logits, suffix_hidden = (x.detach().float() for x in outputs)
+                hidden[layout.index] = layout.rows(prefix_hidden, suffix_hidden)
+                logits[layout.index] = layout.rows(prefix_logits, suffix_logits)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip)
         self.optimizer.step()
         self.version += 1
@@ -216,24 +219,22 @@ class Trainer:
         record["_update_interval"] = (start, end)
         return record
 
-    def _micro_step(self, batch: RolloutBatch, index: torch.Tensor, width: int, advantages: torch.Tensor,
-                    num_tokens: torch.Tensor) -> tuple[dict, torch.Tensor, torch.Tensor]:
-        """Forward and backward over rows `index` cut to `width` tokens; returns their stats, logits and
-        hidden states (detached: the online head trains on them)."""
+    def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor,
+                    num_tokens: torch.Tensor) -> tuple[dict, tuple[torch.Tensor, ...]]:
+        """Forward and backward over one micro-batch; returns its stats and the policy's outputs on it."""
         c = self.config
-        tokens, targets = batch.tokens[index, :width], batch.targets[index, : width - 1]  # [n, W], [n, W-1]
         with self._autocast():
-            logits, hidden = self.policy(tokens)  # [n, W, V], [n, W, d]
-        logprobs = token_logprobs(logits[:, :-1], targets, c.temperature)  # [n, W-1]
+            outputs = layout.forward(self.policy)  # prefix logits/hidden [G, P, ·], suffix logits/hidden [n, S, ·]
+        logprobs = token_logprobs(layout.row_logits(outputs[0], outputs[2]), layout.suffix, c.temperature)  # [n, S]
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logprobs = token_logprobs(self.reference(tokens)[0][:, :-1], targets, c.temperature)
-        loss, stats = grpo_loss(logprobs, batch.behaviour_logprobs[index, : width - 1], advantages,
-                                batch.policy_mask[index, : width - 1], clip_eps=c.clip_eps,
+                ref = layout.forward(self.reference)
+                ref_logprobs = token_logprobs(layout.row_logits(ref[0], ref[2]), layout.suffix, c.temperature)
+        loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
                                 ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
         loss.backward()
-        return {"loss": loss.detach(), **stats}, logits.detach(), hidden.detach()
+        return {"loss": loss.detach(), **stats}, outputs
 
     # ------------------------------------------------------------------------------------------- loop
     def run(self) -> list[dict]:

@@ -97,23 +97,3 @@ def align(prompts: list[list[int]], rollout: Rollout, pad_id: int = 0):
     prompt_lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     return tokens, torch.tensor(lengths, dtype=torch.long), prompt_lengths, tokens[:, 1:], mask, logprobs
 
-
-def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Split rows into micro-batches of at most `max_tokens` padded tokens each (rows x longest row), rows
-    sorted longest first so each micro-batch pads only to its own longest row, as verl's dynamic batching
-    does. A right-padded GRPO batch is about a third padding (rollout lengths spread over 2x); the update
-    would spend that third on tokens it masks out. A row longer than `max_tokens` gets a micro-batch of its
-    own; max_tokens=0 keeps the whole batch as one. Returns row indices per micro-batch."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be a non-negative int, got {max_tokens!r}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    if max_tokens == 0:
-        return [order] if order else []
-    batches: list[list[int]] = []
-    for i in order:
-        # Sorted longest first: the first row of a micro-batch is its longest, so it sets the padded width.
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
