@@ -163,12 +163,14 @@ class Ragged(Digits):
                 for i in range(n)]
 
 
-def padded_row_step(policy, head, batch, config):
+def padded_row_step(policy, head, batch, config, reference=None):
     """The update written the plain way, on the padded [N, L] rows: (loss, grad norm, policy grads, head grads,
     head record). Like the trainer, it steps the policy before the online head trains on its activations."""
     logits, hidden = policy(batch.tokens)
+    ref_logprobs = None if reference is None else token_logprobs(reference(batch.tokens)[0][:, :-1], batch.targets)
     loss, _ = grpo_loss(token_logprobs(logits[:, :-1], batch.targets), batch.behaviour_logprobs,
-                        group_advantages(batch.rewards, config.group_size), batch.policy_mask, clip_eps=config.clip_eps)
+                        group_advantages(batch.rewards, config.group_size), batch.policy_mask, clip_eps=config.clip_eps,
+                        ref_logprobs=ref_logprobs, kl_coef=config.kl_coef)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
     torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0).step()  # the head reads the new LM head
@@ -178,22 +180,29 @@ def padded_row_step(policy, head, batch, config):
     return float(loss.detach()), float(grad_norm), grads(policy), grads(head), mtp
 
 
-@pytest.mark.parametrize("share, budget, mtp", [(True, 0, "frozen"), (True, 60, "online-tv"), (False, 40, "frozen")])
-def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, budget, mtp):
+@pytest.mark.parametrize("share, budget, mtp, kl", [(True, 0, "frozen", 0.0), (True, 60, "online-tv", 0.0),
+                                                     (False, 40, "frozen", 0.0), (True, 60, "frozen", 0.5)])
+def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, budget, mtp, kl):
     """Shared prompts and micro-batches compute less, not something else: the loss, the gradient (after
-    clipping), the stats and the online head's step equal the plain update on the padded rows."""
+    clipping), the stats, the KL to the reference and the online head's step equal the plain update on the
+    padded rows."""
     model, head = pair
     config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4, max_new_tokens=16,
-                           lr=1e-2, micro_batch_tokens=budget, share_prompts=share)
+                           lr=1e-2, micro_batch_tokens=budget, share_prompts=share, kl_coef=kl)
     trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "u", task=Ragged())
+    if kl:  # a reference away from the policy, so the KL term and its gradient are not zero
+        with torch.no_grad():
+            for p in trainer.reference.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     batch = trainer._generate(0, 0)
     assert len(set(batch.lengths.tolist())) > 1 and len(set(batch.prompt_lengths.tolist())) > 1  # ragged both ways
     groups = prompt_groups(batch.prompts) if share else [[i] for i in range(len(batch.prompts))]
     parts = micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), budget)
     assert len(parts) >= (3 if budget else 1) and len(groups) == (4 if share else 16)
     loss, grad_norm, policy_grads, head_grads, mtp_record = padded_row_step(
-        copy.deepcopy(trainer.policy), copy.deepcopy(trainer.head), batch, config)
+        copy.deepcopy(trainer.policy), copy.deepcopy(trainer.head), batch, config, trainer.reference)
     record = trainer.update(batch)
+    assert (record["actor/kl_ref"] > 1e-4) == bool(kl)
     assert record["actor/loss"] == pytest.approx(loss, rel=1e-4, abs=1e-6)  # a sum near cancellation
     assert record["actor/grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
     assert record["actor/ppo_kl"] < 1e-5 and record["actor/clip_frac"] == 0  # behaviour = this policy (fp32)
