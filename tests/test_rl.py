@@ -477,12 +477,16 @@ def test_bench_rl_writes_the_speedups(policy_dir, tmp_path):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     out = tmp_path / "bench.json"
-    args = parser.parse_args(["--policy", str(policy_dir), "--json", str(out), "--steps", "3", "--prompts", "2",
+    args = parser.parse_args(["--policy", str(policy_dir), "--json", str(out), "--steps", "3", "--prompts", "2", "1",
                               "--group", "2", "--max-new-tokens", "16", "--tasks", "math", "agent", "--with-sync"])
     assert bench.run(args) == 0
     result = json.loads(out.read_text())
     assert result["speedup_end_to_end"] > 0 and result["speedup_rollout"] > 0
-    assert set(result["tasks"]) == {"math", "agent"}
+    assert set(result["tasks"]) == {"math", "agent"} and result["tasks"]["math"]["rows"] == 4  # the first --prompts
+    assert result["speedup_end_to_end"] == result["tasks"]["math"]["speedup_end_to_end"]
+    assert sorted((r["task"], r["rows"]) for r in result["sweep"]) == [("agent", 2), ("agent", 4), ("math", 2),
+                                                                       ("math", 4)]
+    assert all(r["speedup_end_to_end"] > 0 and r["speedup_rollout"] > 0 for r in result["sweep"])
     assert result["tasks"]["math"]["speedup_async_over_sync"] > 0 and "math-none-sync" in result["tasks"]["math"]["runs"]
     runs = result["tasks"]["agent"]["runs"]
     assert runs["agent-rs-e2e_tv"]["accept_length"] >= 1 and "accept_length" not in runs["agent-none"]

@@ -9,7 +9,9 @@ moves the policy. Reported per task, from medians over the steps after the first
     speedup_rollout     = generation time (none) / generation time (rs)
     accept_length, its drift first -> last quarter of the run, reward, entropy, staleness
 
-The top-level `speedup_end_to_end` / `speedup_rollout` are the first task's (math by default). In async
+The top-level `speedup_end_to_end` / `speedup_rollout` are the first task's (math by default). Several
+`--prompts` values sweep the effective batch (rows = prompts x group, the paper's regime axis: the gain is
+largest where few rows decode at once); the JSON's `tasks` then hold the first value's results and `sweep` all. In async
 mode the step time is max(generation, update) plus what does not overlap, so the end-to-end gain is at
 most the rollout gain and shrinks when the update, not generation, is the bottleneck. Numbers on a shared
 2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
@@ -32,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="+", default=["math", "agent"], help=f"tasks from {list(TASKS)}")
     parser.add_argument("--heads", nargs="+", default=["e2e_tv"], help="frozen heads to compare (e2e_tv, ce)")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--prompts", type=int, nargs="+", default=[8],
+                        help="prompts per step; several values sweep the effective batch (rows = prompts x group)")
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=3)
@@ -85,8 +88,8 @@ def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progres
     return trainer.run()
 
 
-def bench_task(default, task: str, args, root: Path) -> dict:
-    base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=args.prompts, group_size=args.group,
+def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
+    base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts)
@@ -98,12 +101,14 @@ def bench_task(default, task: str, args, root: Path) -> dict:
         for rollout, head, mode in variants:
             name = f"{task}-{rollout}" + (f"-{head}" if head else "") + ("-sync" if mode != base.mode else "")
             name += f"-{repeat}"
-            records = run_once(default, base.replace(rollout=rollout, mode=mode), head, root / name)
+            run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
+            records = run_once(default, base.replace(rollout=rollout, mode=mode), head, run_dir)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{args.heads[0]}"]
-    result = {"task": task, "mode": base.mode, "speedup_end_to_end": plain["step_s"] / spec["step_s"],
-              "speedup_rollout": plain["gen_s"] / spec["gen_s"], "runs": merged}
+    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
+              "speedup_end_to_end": plain["step_s"] / spec["step_s"], "speedup_rollout": plain["gen_s"] / spec["gen_s"],
+              "runs": merged}
     if f"{task}-none-sync" in merged:
         result["speedup_async_over_sync"] = merged[f"{task}-none-sync"]["step_s"] / plain["step_s"]
     return result
@@ -117,7 +122,8 @@ def print_table(results: list[dict]) -> None:
             drift = f"{100 * s['accept_length_drift']:+.1f}%" if "accept_length_drift" in s else "-"
             print(f"{name:<22}{s['step_s']:>8.2f}{s['gen_s']:>8.2f}{s['update_s']:>8.2f}{s['reward_mean']:>8.3f}"
                   f"{s['entropy']:>8.3f}{acc:>9}{drift:>8}")
-        print(f"  {result['task']} ({result['mode']}): end-to-end speedup {result['speedup_end_to_end']:.2f}x, "
+        print(f"  {result['task']} ({result['mode']}, {result['rows']} rows): "
+              f"end-to-end speedup {result['speedup_end_to_end']:.2f}x, "
               f"rollout speedup {result['speedup_rollout']:.2f}x"
               + (f", async over sync (no MTP) {result['speedup_async_over_sync']:.2f}x"
                  if "speedup_async_over_sync" in result else ""))
@@ -135,10 +141,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"heads {missing} are not shipped; available: {sorted(default.heads)}")
     with tempfile.TemporaryDirectory(prefix="bebop-bench-rl-") as tmp:
         root = args.out or Path(tmp)
-        results = [bench_task(default, task, args, root) for task in args.tasks]
+        results = [bench_task(default, task, prompts, args, root) for prompts in args.prompts for task in args.tasks]
     print_table(results)
-    out = {"speedup_end_to_end": results[0]["speedup_end_to_end"], "speedup_rollout": results[0]["speedup_rollout"],
-           "tasks": {r["task"]: r for r in results}}
+    first = [r for r in results if r["prompts"] == args.prompts[0]]
+    out = {"speedup_end_to_end": first[0]["speedup_end_to_end"], "speedup_rollout": first[0]["speedup_rollout"],
+           "tasks": {r["task"]: r for r in first}}
+    if len(args.prompts) > 1:  # the effective-batch sweep: speedups per task and rows per step
+        out["sweep"] = [{k: r[k] for k in ("task", "prompts", "rows", "speedup_end_to_end", "speedup_rollout")}
+                        for r in results]
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"wrote {args.json}")
