@@ -314,7 +314,8 @@ class Transformer(nn.Module):
         hidden = self._layers(tokens, cos, sin, attends)  # [B, S, d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
 
-    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attends: list[Attend]) -> torch.Tensor:
+    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attends: list[Attend]) -> torch.Tensor:
         x = self.model.embed_tokens(tokens)  # [B, S, d]
         for layer, attend in zip(self.model.layers, attends, strict=True):
             x = layer(x, cos, sin, attend)
@@ -346,8 +347,9 @@ class Transformer(nn.Module):
         start = prefix_lengths.to(suffix.device)[group]  # [N] where each suffix begins
         pos = start[:, None] + torch.arange(S, device=suffix.device)  # [N, S]
         slot = torch.arange(P + S, device=suffix.device)  # [P + S]: prefix slots, then suffix slots
+        query = torch.arange(S, device=suffix.device)[:, None]  # [S, 1]
         visible = torch.where(slot < P, slot < start[:, None, None],  # a prompt's real positions ...
-                              slot - P <= torch.arange(S, device=suffix.device)[:, None])  # ... then causal: [N, S, P+S]
+                              slot - P <= query)  # ... then its own suffix, causally: [N, S, P + S]
         attends = [partial(prefix_attend, prefix_k=k[group], prefix_v=v[group], visible=visible[:, None])
                    for k, v in prefix_kv]
         suffix_hidden = self._layers(suffix, self.rope_cos[pos][:, None], self.rope_sin_signed[pos][:, None], attends)

@@ -11,10 +11,10 @@ moves the policy. Reported per task, from medians over the steps after the first
 
 The top-level `speedup_end_to_end` / `speedup_rollout` are the first task's (math by default). Several
 `--prompts` values sweep the effective batch (rows = prompts x group, the paper's regime axis: the gain is
-largest where few rows decode at once); the JSON's `tasks` then hold the first value's results and `sweep` all. In async
-mode the step time is max(generation, update) plus what does not overlap, so the end-to-end gain is at
-most the rollout gain and shrinks when the update, not generation, is the bottleneck. Numbers on a shared
-2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
+largest where few rows decode at once); the JSON's `tasks` then hold the first value's results and `sweep`
+all of them. In async mode the step time is max(generation, update) plus what does not overlap, so the
+end-to-end gain is at most the rollout gain and shrinks when the update, not generation, is the bottleneck.
+Numbers on a shared 2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
 """
 
 from __future__ import annotations

@@ -96,4 +96,3 @@ def align(prompts: list[list[int]], rollout: Rollout, pad_id: int = 0):
         logprobs[i, P - 1:P - 1 + C] = torch.as_tensor(rollout.logprobs[i], dtype=torch.float32)
     prompt_lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     return tokens, torch.tensor(lengths, dtype=torch.long), prompt_lengths, tokens[:, 1:], mask, logprobs
-
