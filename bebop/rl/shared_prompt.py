@@ -60,18 +60,18 @@ class SharedPromptLayout:
     """The tensors of one micro-batch (`groups` of rows of a RolloutBatch) in the shared-prompt layout."""
 
     def __init__(self, batch, groups: list[list[int]]):
-        rows = [i for group in groups for i in group]
+        rows, firsts = [i for group in groups for i in group], [group[0] for group in groups]
         self.index = torch.tensor(rows)  # [n] rows of the batch, in micro-batch order
         self.group = torch.tensor([g for g, group in enumerate(groups) for _ in group])  # [n] prompt of each row
-        self.prefix_lengths = batch.prompt_lengths[[group[0] for group in groups]]  # [G]
-        self.starts = batch.prompt_lengths[self.index]  # [n] P_i
+        self.prefix_lengths = batch.prompt_lengths[firsts]  # [G]
+        self.starts = self.prefix_lengths[self.group]  # [n] P_i
         completion = batch.lengths[self.index] - self.starts  # [n] C_i
         L = batch.tokens.shape[1]
         P, S = int(self.prefix_lengths.max()), max(1, int(completion.max()))
         j = torch.arange(S)  # [S]
         tokens = batch.tokens[self.index]  # [n, L]
         # Past a row's own end these read other positions: never attended to by its real tokens, never trained.
-        self.prefix = batch.tokens[[group[0] for group in groups], :P]  # [G, P]
+        self.prefix = batch.tokens[firsts, :P]  # [G, P]
         self.suffix = tokens.gather(1, (self.starts[:, None] + j).clamp(max=L - 1))  # [n, S] completion tokens
         target_at = (self.starts[:, None] - 1 + j).clamp(max=L - 2)  # [n, S] index into the batch's [N, L-1]
         real = j < completion[:, None]  # [n, S]
