@@ -8,6 +8,11 @@
     the first `kv_len` slots only. Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are
     never repeated per head (in fp32 on CPU, where that is faster than bf16 at these sizes). No host sync;
     `cache.lengths` is left alone (see bebop/kvcache.py).
+
+The cache write indexes the all-layer buffer [L, B, Hkv, max_len, D] itself, not a per-layer view of it: under
+`torch.compile` a write through a view is functionalised into a copy of the whole buffer per layer and step (a
+compiled step got slower than an eager one, and slower as the cache grew), while a write into the graph input is
+done in place.
 """
 
 from __future__ import annotations
@@ -58,14 +63,17 @@ def prefix_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, prefix_k
 
 
 def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor,
-                  v_cache: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Write k/v [B, Hkv, S, D] into the caches [B, Hkv, max_len, D] at slots pos [B, S] (rows [B, 1] is
-    arange(B)), then attend q [B, H, S, D] over the first kv_len slots with additive bias [B, 1, 1, S, kv_len]."""
+                  v_cache: torch.Tensor, layer: int, rows: torch.Tensor, pos: torch.Tensor,
+                  bias: torch.Tensor) -> torch.Tensor:
+    """Write k/v [B, Hkv, S, D] into layer `layer` of the caches [L, B, Hkv, max_len, D] at slots pos [B, S] (rows
+    [B, 1] is arange(B)), then attend q [B, H, S, D] over the first kv_len slots with additive bias
+    [B, 1, 1, S, kv_len]."""
     B, H, S, D = q.shape
     Hkv, kv_len = k.shape[1], bias.shape[-1]
-    k_cache[rows, :, pos] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
-    v_cache[rows, :, pos] = v.transpose(1, 2)
-    keys, values = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [B, Hkv, kv_len, D]
+    index = (rows.new_full((1, 1), layer), rows, slice(None), pos)  # all advanced but Hkv: an in-place write
+    k_cache[index] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
+    v_cache[index] = v.transpose(1, 2)
+    keys, values = k_cache[layer, :, :, :kv_len], v_cache[layer, :, :, :kv_len]  # [B, Hkv, kv_len, D]
     dtype = q.dtype
     if keys.device.type == "cpu" and dtype != torch.float32:
         # On CPU, attention of a few query rows is a chain of tiny batched matmuls: oneDNN's bf16 bmm pays a

@@ -54,9 +54,17 @@ class _Batch:
 
 
 class Engine:
-    """Generation for a target `model` with an optional MTP draft head `mtp`."""
+    """Generation for a target `model` with an optional MTP draft head `mtp`.
 
-    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None):
+    compile=True runs the cached forwards of the target and the head through `torch.compile` with dynamic shapes:
+    about six graphs each serve every batch size, cache length, prompt width and gamma (torch specialises sizes 0
+    and 1, so batch 1 and one-token steps get their own). The first steps pay the compilation (seconds per graph,
+    cached on disk by inductor); after that a step's hundreds of small ops run as a few fused kernels, which on CPU
+    is most of a small model's step time. Parameters stay graph inputs (no freezing), so a policy that an
+    optimiser updates in place is sampled as updated.
+    """
+
+    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False):
         self.model, self.mtp = model, mtp
         self.config = model.config
         if mtp is not None:
@@ -64,6 +72,15 @@ class Engine:
                 got, want = getattr(mtp.config, name), getattr(self.config, name)
                 if got != want:
                     raise ValueError(f"MTP head {name}={got} does not match the policy's {name}={want}")
+        self.compiled = bool(compile)
+        if compile:
+            # Dynamo's recompile limit (8) counts per code object, over every model a process compiles: two
+            # models' graphs of Transformer.forward would exhaust it and silently fall back to eager.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # The cached forwards (prefill, verify, draft), compiled or not: model.forward and mtp.forward_cached.
+        self.target_step = torch.compile(model.forward, dynamic=True) if compile else model.forward
+        self.head_step = None if mtp is None else (
+            torch.compile(mtp.forward_cached, dynamic=True) if compile else mtp.forward_cached)
 
     @property
     def device(self) -> torch.device:
@@ -158,7 +175,7 @@ class Engine:
                 cache.grow(kv_len)
         cache = batch.cache if whole else batch.cache.select(index)
         cache.lengths.copy_(starts)
-        _, hidden = self.model(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
+        _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
         target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
         token = sample(target_probs, generator)  # [F]
         cache.lengths += last + 1
@@ -170,7 +187,7 @@ class Engine:
             next_tokens[rows, last] = token
             draft_cache = batch.draft_cache if whole else batch.draft_cache.select(index)
             draft_cache.lengths.copy_(starts)
-            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, next_tokens, draft_cache,
+            _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
                                                       kv_len=kv_len, compute_logits=False)
             draft_cache.lengths += last + 1
             if not whole:
@@ -211,8 +228,8 @@ class Engine:
             probs.append(draft_probs)
             if k + 1 < config.gamma:
                 # Step k+2 sits at position L + k: one past the previous draft query.
-                _, hidden = self.mtp.forward_cached(self.model, hidden, token[:, None], cache,
-                                                    kv_len=kv_len, compute_logits=False)
+                _, hidden = self.head_step(self.model, hidden, token[:, None], cache,
+                                            kv_len=kv_len, compute_logits=False)
                 logits = self.mtp.logits(self.model, hidden)[:, 0]
                 cache.lengths += 1
         cache.lengths -= config.gamma - 1
@@ -231,7 +248,7 @@ class Engine:
         t1 = time.perf_counter()
         # 2. verify: one target forward over the pending token and the drafts
         tokens = torch.cat([batch.pending[:, None], draft_tokens], 1)  # [B, γ+1]
-        logits, hidden = self.model(tokens, batch.cache, kv_len=max(batch.lengths) + gamma + 1)
+        logits, hidden = self.target_step(tokens, batch.cache, kv_len=max(batch.lengths) + gamma + 1)
         target_probs = self._probs(logits, config)  # [B, γ+1, V]
         if gamma > 0:
             verdict = verify(draft_tokens, target_probs, draft_probs, method=config.method,
@@ -285,8 +302,8 @@ class Engine:
         if config.gamma > 0:
             # Catch the head up: entry L+i pairs the target's h_{L+i} with emitted token i; the entry at the
             # row's accepted count is the next step-1 draft query. Later entries are stale, overwritten later.
-            _, draft_hidden = self.mtp.forward_cached(self.model, hidden, emitted, batch.draft_cache,
-                                                      kv_len=kv_len, compute_logits=False)  # [B, γ+1, d]
+            _, draft_hidden = self.head_step(self.model, hidden, emitted, batch.draft_cache,
+                                              kv_len=kv_len, compute_logits=False)  # [B, γ+1, d]
             rows = torch.arange(len(batch.rows), device=self.device)
             batch.draft_hidden = draft_hidden[rows, num_accepted][:, None]  # [B, 1, d]
             batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]

@@ -310,7 +310,8 @@ class Transformer(nn.Module):
                 raise ValueError(f"cache has batch={cache.batch}, layers={cache.num_layers}; tokens have "
                                  f"batch={B} and the model {len(self.model.layers)} layers")
             cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin_signed)
-            attends = [partial(cached_attend, k_cache=k, v_cache=v, **shared) for k, v in zip(cache.k, cache.v)]
+            attends = [partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=i, **shared)
+                       for i in range(cache.num_layers)]
         hidden = self._layers(tokens, cos, sin, attends)  # [B, S, d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
 

@@ -116,7 +116,7 @@ class MTPHead(nn.Module):
             raise ValueError(f"cache must have 1 layer and batch={hidden.shape[0]}, "
                              f"got {cache.num_layers} layers, batch={cache.batch}")
         cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos, backbone.rope_sin_signed)
-        attend = partial(cached_attend, k_cache=cache.k[0], v_cache=cache.v[0], **shared)
+        attend = partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=0, **shared)
         out = self.norm(self.layers[0](self._input(backbone, hidden, next_tokens), cos, sin, attend))  # [B, S, d]
         return (self.logits(backbone, out) if compute_logits else None), out
 

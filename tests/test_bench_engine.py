@@ -21,7 +21,7 @@ from bebop.model import Transformer
 def records(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "engine.json"
     code = main(["bench", "engine", "--models", "tiny", "--batch", "1", "2", "--gamma", "2", "--new-tokens", "12",
-                 "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--json", str(path)])
+                 "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--no-compile", "--json", str(path)])
     assert code == 0
     return json.loads(path.read_text())
 
@@ -49,6 +49,21 @@ def test_speculative_records_carry_acceptance_speedup_and_theory(records):
             assert r["acceptance_rate"] > 0.97, r
         else:
             assert r["acceptance_rate"] < 0.8, r
+
+
+@pytest.mark.slow
+def test_compiled_engine_rows_stand_beside_the_eager_ones(tmp_path):
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--models", "tiny", "--batch", "2", "--gamma", "2", "--new-tokens", "8",
+                 "--prompt-len", "4", "--repeats", "1", "--json", str(path)]) == 0
+    records = json.loads(path.read_text())
+    bebop = {(r["compiled"], r["mode"]): r for r in records if r["engine"] == "bebop"}
+    assert set(bebop) == {(c, m) for c in (False, True) for m in ("plain", "to", "rs")}
+    rs = bebop[(True, "rs")]
+    assert rs["acceptance_rate"] > 0.97 and math.isfinite(rs["theoretical_speedup"])
+    assert rs["speedup"] == pytest.approx(rs["tokens_per_s"] / bebop[(True, "plain")]["tokens_per_s"])
+    hf = next(r for r in records if r["engine"] == "hf" and r["mode"] == "plain")
+    assert hf["bebop_compiled_plain_over_hf"] == pytest.approx(bebop[(True, "plain")]["tokens_per_s"] / hf["tokens_per_s"])
 
 
 def test_deep_preset_spreads_the_tiny_parameters_over_more_layers():

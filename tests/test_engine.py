@@ -150,6 +150,40 @@ def test_stop_tokens_budget_and_origin(tiny_pair):
     assert stopped.finish_reason[0] == "stop" and len(stopped.tokens[0]) <= 5
 
 
+@pytest.mark.slow
+def test_compiled_engine_computes_what_the_eager_one_does():
+    """compile=True changes how the forwards run, not what they compute: the compiled target forward gives eager
+    logits, and at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, a batch
+    and a single row, plain and speculative steps, a stop token retiring rows). It also samples the weights as
+    they are now: after an in-place update it follows the new weights (a frozen copy would not)."""
+    model, head = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2), seed=3)
+    eager, compiled = Engine(model, head), Engine(model, head, compile=True)
+    cache = model.new_cache(2, 12)
+    cache.lengths.copy_(torch.tensor([3, 7]))
+    tokens = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    with torch.inference_mode():
+        want = model(tokens, cache, kv_len=10)[0]
+        cache.lengths.copy_(torch.tensor([3, 7]))
+        got = compiled.target_step(tokens, cache, kv_len=10)[0]
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+    def greedy(engine, prompts, gamma, stop=()):
+        config = GenerationConfig(max_new_tokens=12, temperature=0, gamma=gamma, stop_tokens=stop)
+        return engine.generate(prompts, config).tokens
+
+    before = greedy(eager, PROMPTS, 0)
+    stop = (before[0][3],)
+    for prompts in (PROMPTS, PROMPTS[1:2]):
+        for gamma, stops in ((0, ()), (3, ()), (3, stop)):
+            assert greedy(compiled, prompts, gamma, stops) == greedy(eager, prompts, 0, stops), (prompts, gamma, stops)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    after = greedy(eager, PROMPTS, 0)
+    assert after != before
+    assert greedy(compiled, PROMPTS, 3) == greedy(compiled, PROMPTS, 0) == after
+
+
 def test_seeded_runs_are_reproducible(tiny_pair):
     engine = Engine(*tiny_pair)
     config = GenerationConfig(max_new_tokens=16, gamma=2, seed=11)

@@ -9,6 +9,10 @@ For each model and batch size it measures, side by side:
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
 
+Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (the cached forwards through
+`torch.compile`; records carry `compiled`), unless --no-compile. A compiled speculative row's speedup and theory are
+against compiled plain decoding and compiled step costs. Compilation happens in the untimed warm-up round.
+
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
 and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
 step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
@@ -59,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="skip the compiled engine (Engine(compile=True)); its first steps compile for minutes")
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
 
 
@@ -76,9 +82,11 @@ def _interleaved(cells: dict, repeats: int) -> dict:
 
 
 @torch.inference_mode()
-def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int = 20) -> dict[str, float]:
+def step_costs(engine: Engine, batch: int, gamma: int, context: int, repeats: int = 20) -> dict[str, float]:
     """Seconds at `context` for a one-token target forward, a (γ+1)-token target forward (verification), and the
-    head's share per draft token: one catch-up pass over γ+1 tokens plus γ-1 single steps, divided by γ."""
+    head's share per draft token: one catch-up pass over γ+1 tokens plus γ-1 single steps, divided by γ; each
+    through the engine's own (compiled or eager) step forwards."""
+    model, head = engine.model, engine.mtp
     cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
     cache.lengths.fill_(context)
     draft_cache.lengths.fill_(context)
@@ -87,17 +95,17 @@ def step_costs(model, head, batch: int, gamma: int, context: int, repeats: int =
     hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
     kv = context + gamma + 1
 
-    hidden_many = hidden.expand(batch, gamma + 1, -1)
+    hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # strided as the engine passes it: one graph
 
     def head_step(tokens, h):
-        _, out = head.forward_cached(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
+        _, out = engine.head_step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
         return head.logits(model, out[:, -1:])
 
     seconds = {name: t for name, (t, _) in _interleaved({
         "catch_up": lambda: head_step(many, hidden_many),
         "single": lambda: head_step(one, hidden),
-        "target_1": lambda: model(one, cache, kv_len=kv),
-        "target_verify": lambda: model(many, cache, kv_len=kv),
+        "target_1": lambda: engine.target_step(one, cache, kv_len=kv),
+        "target_verify": lambda: engine.target_step(many, cache, kv_len=kv),
     }, repeats).items()}
     return {"target_1": seconds["target_1"], "target_verify": seconds["target_verify"],
             "draft_step": (seconds["catch_up"] + (gamma - 1) * seconds["single"]) / gamma}
@@ -136,7 +144,9 @@ def bench_model(name: str, args) -> list[dict]:
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     model, head = (m.to(device=device, dtype=dtype) for m in self_draft_pair(config, seed=0))
-    engine = Engine(model, head)
+    engines = {False: Engine(model, head)}
+    if not args.no_compile:
+        engines[True] = Engine(model, head, compile=True)
     new_tokens = args.small_new_tokens if name == "small" else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
@@ -146,43 +156,62 @@ def bench_model(name: str, args) -> list[dict]:
         prompt_lists = prompts.tolist()
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
 
-        def bebop(gamma, method):
+        def bebop(engine, gamma, method):
             gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1)
             return lambda: engine.generate(prompt_lists, gen_config)
 
-        cells = {("bebop", "plain", 0): bebop(0, "rs")}
-        cells.update({("bebop", method, gamma): bebop(gamma, method) for gamma in args.gamma for method in ("to", "rs")})
+        cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
+        cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
+                      for c, e in engines.items() for gamma in args.gamma for method in ("to", "rs")})
         if hf is not None:
             target, assistant = hf
-            cells[("hf", "plain", 0)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
+            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
             if batch == 1:  # assisted generation supports batch 1 only
-                cells[("hf", "assisted", 3)] = lambda: _hf_generate(target, prompts.to(device), new_tokens, assistant)
+                cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens,
+                                                                           assistant)
         timed = _interleaved(cells, args.repeats)
         tps = {key: batch * new_tokens / seconds for key, (seconds, _) in timed.items()}
-        plain_tps = tps[("bebop", "plain", 0)]
-        records.append({**base, "engine": "bebop", "mode": "plain", "gamma": 0, "tokens_per_s": plain_tps})
-        for gamma in args.gamma:
-            costs = step_costs(model, head, batch, gamma, args.prompt_len + new_tokens // 2)
-            for method in ("to", "rs"):
-                rollout = timed[("bebop", method, gamma)][1]
-                alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
-                alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
-                theory = theoretical_speedup(alphas, gamma, draft_cost=costs["draft_step"] / costs["target_1"],
-                                             verify_cost=costs["target_verify"] / costs["target_1"])
-                records.append({**base, "engine": "bebop", "mode": method, "gamma": gamma,
-                                "tokens_per_s": tps[("bebop", method, gamma)],
-                                "acceptance_rate": rollout.stats["spec/acceptance_rate"],
-                                "accept_length": rollout.stats["spec/accept_length"],
-                                "speedup": tps[("bebop", method, gamma)] / plain_tps, "theoretical_speedup": theory,
-                                "verify_cost": costs["target_verify"] / costs["target_1"],
-                                "draft_cost": costs["draft_step"] / costs["target_1"]})
+        for compiled, engine in engines.items():
+            records += _bebop_records(engine, timed, tps, base, args, compiled)
         if hf is not None:
-            hf_tps = tps[("hf", "plain", 0)]
-            records.append({**base, "engine": "hf", "mode": "plain", "gamma": 0, "tokens_per_s": hf_tps,
-                            "bebop_plain_over_hf": plain_tps / hf_tps})
-            if batch == 1:
-                records.append({**base, "engine": "hf", "mode": "assisted", "gamma": 3,
-                                "tokens_per_s": tps[("hf", "assisted", 3)], "speedup": tps[("hf", "assisted", 3)] / hf_tps})
+            records += _hf_records(tps, base, engines, batch)
+    return records
+
+
+def _bebop_records(engine: Engine, timed: dict, tps: dict, base: dict, args, compiled: bool) -> list[dict]:
+    base = {**base, "engine": "bebop", "compiled": compiled}
+    plain_tps = tps[("bebop", "plain", 0, compiled)]
+    records = [{**base, "mode": "plain", "gamma": 0, "tokens_per_s": plain_tps}]
+    for gamma in args.gamma:
+        costs = step_costs(engine, base["batch"], gamma, args.prompt_len + base["new_tokens"] // 2)
+        for method in ("to", "rs"):
+            rollout = timed[("bebop", method, gamma, compiled)][1]
+            alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
+            alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
+            theory = theoretical_speedup(alphas, gamma, draft_cost=costs["draft_step"] / costs["target_1"],
+                                         verify_cost=costs["target_verify"] / costs["target_1"])
+            measured = tps[("bebop", method, gamma, compiled)]
+            records.append({**base, "mode": method, "gamma": gamma, "tokens_per_s": measured,
+                            "acceptance_rate": rollout.stats["spec/acceptance_rate"],
+                            "accept_length": rollout.stats["spec/accept_length"],
+                            "speedup": measured / plain_tps, "theoretical_speedup": theory,
+                            "verify_cost": costs["target_verify"] / costs["target_1"],
+                            "draft_cost": costs["draft_step"] / costs["target_1"]})
+    return records
+
+
+def _hf_records(tps: dict, base: dict, engines: dict, batch: int) -> list[dict]:
+    hf_tps = tps[("hf", "plain", 0, False)]
+    base = {**base, "engine": "hf", "compiled": False}
+    plain = {**base, "mode": "plain", "gamma": 0, "tokens_per_s": hf_tps,
+             "bebop_plain_over_hf": tps[("bebop", "plain", 0, False)] / hf_tps}
+    if True in engines:
+        plain["bebop_compiled_plain_over_hf"] = tps[("bebop", "plain", 0, True)] / hf_tps
+    records = [plain]
+    if batch == 1:
+        assisted = tps[("hf", "assisted", 3, False)]
+        records.append({**base, "mode": "assisted", "gamma": 3, "tokens_per_s": assisted,
+                        "speedup": assisted / hf_tps})
     return records
 
 
@@ -191,19 +220,22 @@ def print_table(records: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="bebop bench engine (tokens/s; speedup over bebop plain at the same batch)")
-    for column in ("model", "batch", "engine", "mode", "γ", "tokens/s", "accept", "draft cost", "speedup", "theory",
-                   "meas/theory"):
+    for column in ("model", "batch", "engine", "compiled", "mode", "γ", "tokens/s", "accept", "draft cost", "speedup",
+                   "theory", "meas/theory"):
         table.add_column(column, justify="right")
     fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
     for r in records:
         ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
-        table.add_row(r["model"], str(r["batch"]), r["engine"], r["mode"], str(r["gamma"]), fmt(r["tokens_per_s"], ".0f"),
+        table.add_row(r["model"], str(r["batch"]), r["engine"], "yes" if r["compiled"] else "", r["mode"], str(r["gamma"]),
+                      fmt(r["tokens_per_s"], ".0f"),
                       fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
                       fmt(r.get("theoretical_speedup")), fmt(ratio))
-    Console().print(table)
+    Console(width=max(Console().width, 132)).print(table)
     for r in records:
         if "bebop_plain_over_hf" in r:
-            print(f"{r['model']} batch {r['batch']}: bebop plain / HF generate() = {r['bebop_plain_over_hf']:.2f}x")
+            compiled = r.get("bebop_compiled_plain_over_hf")
+            line = f"{r['model']} batch {r['batch']}: bebop plain / HF generate() = {r['bebop_plain_over_hf']:.2f}x eager"
+            print(line + (f", {compiled:.2f}x compiled" if compiled is not None else ""))
 
 
 def run(args) -> int:
