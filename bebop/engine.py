@@ -58,8 +58,9 @@ class Engine:
 
     compile=True runs the cached forwards of the target and the head through `torch.compile` with dynamic shapes:
     about six graphs each serve every batch size, cache length, prompt width and gamma (torch specialises sizes 0
-    and 1, so batch 1 and one-token steps get their own). The first steps pay the compilation (seconds per graph,
-    cached on disk by inductor); after that a step's hundreds of small ops run as a few fused kernels, which on CPU
+    and 1, so batch 1 and one-token steps get their own). The first steps pay the compilation (1-2 minutes in all
+    on 2 CPU cores, cached on disk by inductor for later processes): worth it for long generation, not for a few
+    short calls. After that a step's hundreds of small ops run as a few fused kernels, which on CPU
     is most of a small model's step time. Parameters stay graph inputs (no freezing), so a policy that an
     optimiser updates in place is sampled as updated.
     """
