@@ -95,7 +95,7 @@ def step_costs(engine: Engine, batch: int, gamma: int, context: int, repeats: in
     hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
     kv = context + gamma + 1
 
-    hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # strided as the engine passes it: one graph
+    hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # contiguous as in the engine: its graph
 
     def head_step(tokens, h):
         _, out = engine.head_step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
