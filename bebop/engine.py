@@ -73,7 +73,6 @@ class Engine:
                 got, want = getattr(mtp.config, name), getattr(self.config, name)
                 if got != want:
                     raise ValueError(f"MTP head {name}={got} does not match the policy's {name}={want}")
-        self.compiled = bool(compile)
         if compile:
             # Dynamo's recompile limit (8) counts per code object, over every model a process compiles: two
             # models' graphs of Transformer.forward would exhaust it and silently fall back to eager.

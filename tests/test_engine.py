@@ -174,8 +174,10 @@ def test_compiled_engine_computes_what_the_eager_one_does():
     before = greedy(eager, PROMPTS, 0)
     stop = (before[0][3],)
     for prompts in (PROMPTS, PROMPTS[1:2]):
-        for gamma, stops in ((0, ()), (3, ()), (3, stop)):
-            assert greedy(compiled, prompts, gamma, stops) == greedy(eager, prompts, 0, stops), (prompts, gamma, stops)
+        for stops, gammas in (((), (0, 3)), (stop, (3,))):
+            want = greedy(eager, prompts, 0, stops)
+            for gamma in gammas:
+                assert greedy(compiled, prompts, gamma, stops) == want, (prompts, gamma, stops)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
