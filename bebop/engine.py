@@ -10,6 +10,9 @@ Per speculative step, for every active row at once:
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
               accepted tokens; the same forward yields the next step-1 draft
 
+The device work of 1, 2 and 5 is `bebop.step` (draft, verify_rows, catch_up), eager or compiled; this module
+keeps the host side: the random draws, the sync, the bookkeeping of rows.
+
 State between steps: the target cache holds positions 0..L-1 of a row, `pending` is the token at L (sampled,
 not yet in the cache), and the head's cache is valid up to L-1, where its last entry is the step-1 draft query
 f(h_{L-1}, y_L). Stale cache slots past a row's length are overwritten later, never read.
@@ -27,7 +30,7 @@ from bebop.kvcache import KVCache
 from bebop.metrics import SpecCounters, derive, entropy
 from bebop.rollout import Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.sampling import probs_from_logits, sample
-from bebop.verify import verify
+from bebop.step import catch_up, draft, verify_rows
 
 
 @dataclass
@@ -56,13 +59,15 @@ class _Batch:
 class Engine:
     """Generation for a target `model` with an optional MTP draft head `mtp`.
 
-    compile=True runs the cached forwards of the target and the head through `torch.compile` with dynamic shapes:
-    about six graphs each serve every batch size, cache length, prompt width and gamma (torch specialises sizes 0
-    and 1, so batch 1 and one-token steps get their own). The first steps pay the compilation (1-2 minutes in all
-    on 2 CPU cores, cached on disk by inductor for later processes): worth it for long generation, not for a few
-    short calls. After that a step's hundreds of small ops run as a few fused kernels, which on CPU
-    is most of a small model's step time. Parameters stay graph inputs (no freezing), so a policy that an
-    optimiser updates in place is sampled as updated.
+    compile=True runs each phase of a decoding step (bebop.step: the draft loop, the verification forward with its
+    sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs with
+    dynamic shapes: a few graphs per phase serve every batch size, cache length, prompt width and gamma (torch
+    specialises sizes 0 and 1, so batch 1 and plain steps get their own). The first steps pay the compilation
+    (1-2 minutes in all on 2 CPU cores, cached on disk by inductor for later processes): worth it for long
+    generation, not for a few short calls. After that a step's hundreds of small ops run as a few fused kernels,
+    which on CPU is most of a small model's step time. The randomness comes in as uniforms drawn from the
+    engine's generator, so from the same seed the compiled engine draws what the eager one draws. Parameters stay
+    graph inputs (no freezing), so a policy that an optimiser updates in place is sampled as updated.
     """
 
     def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False):
@@ -77,10 +82,12 @@ class Engine:
             # Dynamo's recompile limit (8) counts per code object, over every model a process compiles: two
             # models' graphs of Transformer.forward would exhaust it and silently fall back to eager.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        # The cached forwards (prefill, verify, draft), compiled or not: model.forward and mtp.forward_cached.
-        self.target_step = torch.compile(model.forward, dynamic=True) if compile else model.forward
-        self.head_step = None if mtp is None else (
-            torch.compile(mtp.forward_cached, dynamic=True) if compile else mtp.forward_cached)
+        wrap = (lambda fn: torch.compile(fn, dynamic=True)) if compile else (lambda fn: fn)
+        # The cached forwards (prefill, step costs), compiled or not: model.forward and mtp.forward_cached.
+        self.target_step = wrap(model.forward)
+        self.head_step = None if mtp is None else wrap(mtp.forward_cached)
+        # A decoding step's device work (bebop.step), each phase one graph when compiled.
+        self.draft_step, self.verify_step, self.catch_up_step = wrap(draft), wrap(verify_rows), wrap(catch_up)
 
     @property
     def device(self) -> torch.device:
@@ -216,56 +223,40 @@ class Engine:
         if done:
             batch.keep([i for i in range(len(batch.rows)) if i not in done])
 
-    def _draft(self, batch: _Batch, config: GenerationConfig, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """gamma draft tokens [B, γ] and, for "rs", their draft distributions [B, γ, V]."""
-        logits, hidden, cache = batch.draft_logits, batch.draft_hidden, batch.draft_cache
-        kv_len = max(batch.lengths) + config.gamma
-        tokens, probs = [], []
-        for k in range(config.gamma):
-            draft_probs = self._probs(logits, config)  # [B, V]
-            token = sample(draft_probs, generator) if config.method == "rs" else draft_probs.argmax(-1)
-            tokens.append(token)
-            probs.append(draft_probs)
-            if k + 1 < config.gamma:
-                # Step k+2 sits at position L + k: one past the previous draft query.
-                _, hidden = self.head_step(self.model, hidden, token[:, None], cache,
-                                            kv_len=kv_len, compute_logits=False)
-                logits = self.mtp.logits(self.model, hidden)[:, 0]
-                cache.lengths += 1
-        cache.lengths -= config.gamma - 1
-        draft_probs = torch.stack(probs, 1) if config.method == "rs" else None
-        return torch.stack(tokens, 1), draft_probs
+    def _uniforms(self, rows: int, config: GenerationConfig, generator) -> torch.Tensor:
+        """[B, n] float64, a step's random numbers (bebop.step): one draw per sampling decision, in the order the
+        decisions are made (each "rs" draft, the acceptance tests, the next token), i.e. what sampling from the
+        generator at each decision consumes, so a seeded run is the same eagerly and compiled."""
+        gamma, device = config.gamma, self.device
+        if gamma > 0 and config.method == "greedy":  # prefix matching draws nothing
+            return torch.zeros(rows, gamma + 1, dtype=torch.float64, device=device)
+        draws = [1] * gamma if config.method == "rs" else []
+        draws += [gamma, 1] if gamma > 0 else [1]
+        return torch.cat([torch.rand(rows, n, dtype=torch.float64, device=device, generator=generator)
+                          for n in draws], 1)
 
     def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
-        gamma, device = config.gamma, self.device
+        gamma, sampling = config.gamma, (config.temperature, config.top_k, config.top_p)
+        kv_len = max(batch.lengths) + gamma + 1
         t0 = time.perf_counter()
+        uniforms = self._uniforms(len(batch.rows), config, generator)  # [B, n]
         # 1. draft
         if gamma > 0:
-            draft_tokens, draft_probs = self._draft(batch, config, generator)  # [B, γ], [B, γ, V] | None
+            draft_tokens, draft_probs = self.draft_step(
+                self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
+                kv_len=kv_len - 1, gamma=gamma, method=config.method, sampling=sampling)  # [B, γ], [B, γ, V] | None
         else:
-            draft_tokens = torch.empty(len(batch.rows), 0, dtype=torch.long, device=device)
+            draft_tokens, draft_probs = torch.empty(len(batch.rows), 0, dtype=torch.long, device=self.device), None
         self._sync(config)
         t1 = time.perf_counter()
         # 2. verify: one target forward over the pending token and the drafts
-        tokens = torch.cat([batch.pending[:, None], draft_tokens], 1)  # [B, γ+1]
-        logits, hidden = self.target_step(tokens, batch.cache, kv_len=max(batch.lengths) + gamma + 1)
-        target_probs = self._probs(logits, config)  # [B, γ+1, V]
-        if gamma > 0:
-            verdict = verify(draft_tokens, target_probs, draft_probs, method=config.method,
-                             generator=generator, validate=False)
-            num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]
-        else:
-            num_accepted = torch.zeros(len(batch.rows), dtype=torch.long, device=device)
-            next_token = sample(target_probs[:, 0], generator)
-        position = torch.arange(gamma + 1, device=device)  # [γ+1]
-        padded = torch.cat([draft_tokens, next_token[:, None]], 1)  # [B, γ+1]
-        emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
-        logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
-        ent = entropy(target_probs)  # [B, γ+1]
+        host, num_accepted, next_token, emitted, hidden = self.verify_step(
+            self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
+            method=config.method, sampling=sampling)
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: HOST SYNC (the one per step)
-        host = torch.cat([num_accepted[:, None].double(), emitted.double(), logp.double(), ent.double()], 1).tolist()
+        host = host.tolist()
         if gamma > 0:
             verdicts += [[row[0], *row[2 * gamma + 3 : 3 * gamma + 3]] for row in host]
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
@@ -283,7 +274,7 @@ class Engine:
                 parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [toks[stop_at], *reply]))
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
-            index = torch.tensor(keep, dtype=torch.long, device=device)
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
             num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted, hidden))
             batch.keep(keep)
         if batch.rows:
@@ -298,17 +289,12 @@ class Engine:
 
     def _advance(self, batch: _Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
                  config) -> None:
-        kv_len = max(batch.lengths) + config.gamma + 1
         if config.gamma > 0:
-            # Catch the head up: entry L+i pairs the target's h_{L+i} with emitted token i; the entry at the
-            # row's accepted count is the next step-1 draft query. Later entries are stale, overwritten later.
-            _, draft_hidden = self.head_step(self.model, hidden, emitted, batch.draft_cache,
-                                              kv_len=kv_len, compute_logits=False)  # [B, γ+1, d]
-            rows = torch.arange(len(batch.rows), device=self.device)
-            batch.draft_hidden = draft_hidden[rows, num_accepted][:, None]  # [B, 1, d]
-            batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [B, V]
-            batch.draft_cache.lengths += num_accepted + 1
-        batch.cache.lengths += num_accepted + 1
+            batch.draft_hidden, batch.draft_logits = self.catch_up_step(
+                self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
+                kv_len=max(batch.lengths) + config.gamma + 1)
+        else:
+            batch.cache.lengths += num_accepted + 1
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
 

@@ -84,10 +84,13 @@ def probs_from_logits(
     return _filtered_logits(logits, temperature, top_k, top_p).softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,
+           uniform: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] non-negative weights -> [...] long: one exact draw per distribution.
 
     Rows need positive total mass but need not be normalised. A zero-weight token is never returned.
+    `uniform` [...] float64 in [0, 1), one per distribution, is the draw's randomness when the caller drew it
+    (compiled code takes its random numbers as inputs); otherwise it comes from `generator`.
     """
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
         raise ValueError(f"probs must be a floating-point tensor, got {_describe(probs)}")
@@ -99,7 +102,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     # sum keep their probability.
     cdf = flat.double().cumsum(-1)  # [N, V]
     total = cdf[:, -1:]  # [N, 1]
-    u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator)  # [N, 1]
+    if uniform is None:
+        u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator)  # [N, 1]
+    elif uniform.shape != lead:
+        raise ValueError(f"uniform must have shape {tuple(lead)}, one per distribution, got {tuple(uniform.shape)}")
+    else:
+        u = uniform.reshape(-1, 1).double()  # [N, 1]
     # u < 1, but u * total can round up to total; nextafter keeps the target strictly inside the CDF.
     x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
     index = torch.searchsorted(cdf, x, right=True).clamp_max_(vocab - 1)  # [N, 1] first cdf > x

@@ -56,6 +56,7 @@ def verify(
     *,
     method: str = "rs",
     generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
     validate: bool = True,
 ) -> Verdict:
     """Accept a prefix of the drafts and pick the next token, batched over rows without a Python loop.
@@ -63,15 +64,22 @@ def verify(
     draft_tokens [B, γ] long; target_probs [B, γ+1, V] (p at each draft position, then the bonus position);
     draft_probs [B, γ, V] (q, required for "rs", unused otherwise). `validate=False` skips the value checks
     that need a host sync (token range, probabilities summing to 1); shapes and dtypes are always checked.
+    The randomness is `uniforms` [B, γ+1] float64 in [0, 1) if given (the first γ decide acceptance, the last
+    draws the next token: compiled callers pass their random numbers in), else drawn from `generator`.
     """
     gamma = _check(draft_tokens, target_probs, draft_probs, method, validate)
+    if uniforms is None and method != "greedy":
+        uniforms = torch.rand(draft_tokens.shape[0], gamma + 1, dtype=torch.float64, device=draft_tokens.device,
+                              generator=generator)  # [B, γ+1]
+    elif uniforms is not None and uniforms.shape != (draft_tokens.shape[0], gamma + 1):
+        raise ValueError(f"uniforms must have shape [B, γ+1] = {[draft_tokens.shape[0], gamma + 1]}, "
+                         f"got {list(uniforms.shape)}")
     tokens = draft_tokens.long()  # [B, γ]
     alpha = _acceptance(tokens, target_probs[:, :gamma], draft_probs, method)  # [B, γ]
     if method == "greedy":
         accepted = alpha > 0  # [B, γ]
     else:
-        u = torch.rand(alpha.shape, dtype=torch.float64, device=alpha.device, generator=generator)  # [B, γ]
-        accepted = u < alpha
+        accepted = uniforms[:, :gamma] < alpha  # [B, γ]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B] length of the all-accepted prefix
     rows = torch.arange(tokens.shape[0], device=tokens.device)  # [B]
     target_next = target_probs[rows, num_accepted]  # [B, V] p at the first rejection, or p_{γ+1}
@@ -82,7 +90,7 @@ def verify(
     draft_next = draft_probs[rows, at] if method == "rs" else None  # [B, V]
     residual = _residual_weights(target_next, draft_next, tokens[rows, at], method)  # [B, V] unused if all passed
     rejected = (num_accepted < gamma)[:, None]  # [B, 1]
-    next_token = sample(torch.where(rejected, residual, target_next), generator)  # [B] (weights need no norm)
+    next_token = sample(torch.where(rejected, residual, target_next), uniform=uniforms[:, gamma])  # [B] (no norm)
     return Verdict(num_accepted, next_token)
 
 

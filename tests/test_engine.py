@@ -152,10 +152,12 @@ def test_stop_tokens_budget_and_origin(tiny_pair):
 
 @pytest.mark.slow
 def test_compiled_engine_computes_what_the_eager_one_does():
-    """compile=True changes how the forwards run, not what they compute: the compiled target forward gives eager
-    logits, and at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, a batch
-    and a single row, plain and speculative steps, a stop token retiring rows). It also samples the weights as
-    they are now: after an in-place update it follows the new weights (a frozen copy would not)."""
+    """compile=True changes how the steps run, not what they compute: the compiled target forward gives eager
+    logits; at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, a batch
+    and a single row, plain and speculative steps, a stop token retiring rows); sampling, it draws the same
+    uniforms from the same seed, so RS and TO with a head that disagrees with the target (rejections, recovered
+    tokens) emit the eager engine's tokens and log-probs. It also samples the weights as they are now: after an
+    in-place update it follows the new weights (a frozen copy would not)."""
     model, head = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2), seed=3)
     eager, compiled = Engine(model, head), Engine(model, head, compile=True)
     cache = model.new_cache(2, 12)
@@ -178,6 +180,13 @@ def test_compiled_engine_computes_what_the_eager_one_does():
             want = greedy(eager, prompts, 0, stops)
             for gamma in gammas:
                 assert greedy(compiled, prompts, gamma, stops) == want, (prompts, gamma, stops)
+    for method in ("rs", "to"):
+        config = GenerationConfig(max_new_tokens=12, gamma=3, method=method, seed=5)
+        want, got = eager.generate(PROMPTS, config), compiled.generate(PROMPTS, config)
+        assert got.tokens == want.tokens and got.origin == want.origin, method
+        assert got.stats["spec/acceptance_rate"] < 1 and (method == "to" or got.stats["spec/acceptance_rate"] > 0)
+        for a, b in zip(got.logprobs, want.logprobs):
+            assert a == pytest.approx(b, abs=1e-4)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)

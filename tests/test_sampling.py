@@ -191,6 +191,18 @@ def test_sample_seeded_determinism():
     assert not torch.equal(sample(probs, _gen(11)), sample(probs, _gen(12)))
 
 
+def test_given_uniforms_invert_the_cdf_and_are_what_the_generator_draws():
+    # Exact binary weights, so each uniform's token is known: token 1 has no mass and no CDF step.
+    weights = torch.tensor([0.25, 0.0, 0.5, 0.25], dtype=torch.float64).expand(6, 4)
+    uniform = torch.tensor([0.0, 0.2499, 0.25, 0.7499, 0.75, 0.9999], dtype=torch.float64)
+    assert sample(weights, uniform=uniform).tolist() == [0, 0, 2, 2, 3, 3]
+    probs = torch.rand(500, 3, 30, generator=_gen(13))
+    drawn = torch.rand(500, 3, dtype=torch.float64, generator=_gen(14))
+    assert torch.equal(sample(probs, uniform=drawn), sample(probs, _gen(14)))
+    with pytest.raises(ValueError, match="uniform must have shape \\(500, 3\\)"):
+        sample(probs, uniform=drawn[:, :2])
+
+
 def test_sample_bad_input_raises():
     with pytest.raises(ValueError, match="probs"):
         sample(torch.ones(3, dtype=torch.long))

@@ -273,6 +273,22 @@ def test_seeded_determinism(method):
 
 
 @pytest.mark.parametrize("method", ["rs", "to"])
+def test_given_uniforms_decide_acceptance_and_are_what_the_generator_draws(method):
+    tokens, target, draft = _random_batch(10)
+    tokens = tokens if method == "rs" else draft.argmax(-1)
+    uniforms = torch.rand(2000, 4, dtype=torch.float64, generator=_gen(3))  # [B, γ+1]
+    given = verify(tokens, target, draft, method=method, uniforms=uniforms)
+    drawn = verify(tokens, target, draft, method=method, generator=_gen(3))
+    assert torch.equal(given.num_accepted, drawn.num_accepted) and torch.equal(given.next_token, drawn.next_token)
+    # Draft i is accepted iff uniforms[:, i] < its acceptance probability, up to the first rejection.
+    alpha = acceptance_probs(tokens, target, draft, method)  # [B, γ]
+    assert torch.equal(given.num_accepted, (uniforms[:, :3] < alpha).long().cumprod(-1).sum(-1))
+    assert 0 < (given.num_accepted == 3).sum() < 2000  # both the bonus and the recovered branch are hit
+    with pytest.raises(ValueError, match="uniforms must have shape"):
+        verify(tokens, target, draft, method=method, uniforms=uniforms[:, :3])
+
+
+@pytest.mark.parametrize("method", ["rs", "to"])
 def test_verdict_shapes_dtypes_and_ranges(method):
     tokens, target, draft = _random_batch(8)
     target[..., ::3] = 0  # drafts the target rules out must never be emitted

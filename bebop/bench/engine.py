@@ -9,8 +9,8 @@ For each model and batch size it measures, side by side:
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
 
-Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (the cached forwards through
-`torch.compile`; records carry `compiled`), unless --no-compile. A compiled speculative row's speedup and theory are
+Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (each phase of a step, forwards and sampling
+together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's speedup and theory are
 against compiled plain decoding and compiled step costs. Compilation happens in the untimed warm-up round.
 
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
