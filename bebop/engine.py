@@ -195,7 +195,7 @@ class Engine:
             draft_cache = batch.draft_cache if whole else batch.draft_cache.select(index)
             draft_cache.lengths.copy_(starts)
             _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
-                                                      kv_len=kv_len, compute_logits=False)
+                                             kv_len=kv_len, compute_logits=False)
             draft_cache.lengths += last + 1
             if not whole:
                 batch.draft_cache.assign(index, draft_cache)

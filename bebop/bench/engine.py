@@ -10,8 +10,9 @@ For each model and batch size it measures, side by side:
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
 
 Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (each phase of a step, forwards and sampling
-together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's speedup and theory are
-against compiled plain decoding and compiled step costs. Compilation happens in the untimed warm-up round.
+together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's
+speedup and theory are against compiled plain decoding and compiled step costs. Compilation happens in the untimed
+warm-up round.
 
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
 and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
