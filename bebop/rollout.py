@@ -30,7 +30,7 @@ class GenerationConfig:
     gamma: int = 3  # draft depth; 0 = plain decoding
     method: str = "rs"  # "rs" (draft ~ q, rejection sampling) | "to" (draft = argmax q) | "greedy"
     stop_tokens: tuple[int, ...] = ()
-    seed: int | None = None
+    seed: int | None = None  # None: drawn from torch's global generator, so torch.manual_seed still makes it repeat
     profile: bool = False  # synchronise the device around each phase so per-phase timings are exact (CUDA)
 
     def __post_init__(self) -> None:

@@ -207,6 +207,23 @@ def test_seeded_runs_are_reproducible(tiny_pair):
     assert other.tokens != engine.generate(PROMPTS, config).tokens
 
 
+def test_an_unseeded_run_draws_its_seed_from_the_global_generator(tiny_pair):
+    """seed=None takes a seed from torch's global generator without reseeding it: torch.manual_seed makes such a
+    run repeat, successive runs differ, and what the caller's generator draws next is not changed behind its back
+    (reseeding it from OS entropy made every later test's random init unrepeatable)."""
+    engine, config = Engine(*tiny_pair), GenerationConfig(max_new_tokens=16, gamma=2)
+
+    def run() -> tuple[list[list[int]], float]:
+        tokens = engine.generate(PROMPTS, config).tokens
+        return tokens, torch.rand(()).item()
+
+    torch.manual_seed(123)
+    first, second = run(), run()
+    torch.manual_seed(123)
+    assert run() == first and run() == second
+    assert first[0] != second[0]
+
+
 def test_bf16_runs(tiny_pair):
     model, head = (m.to(torch.bfloat16) for m in _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)))
     rollout = Engine(model, head).generate(PROMPTS, GenerationConfig(max_new_tokens=12, gamma=3, seed=0))
