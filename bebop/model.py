@@ -34,6 +34,7 @@ from torch import nn
 from bebop.attention import (Attend, apply_rope, cached_attend, cached_attention_setup, causal_attend, prefix_attend,
                              rope_tables)
 from bebop.kvcache import KVCache
+from bebop.prepack import Linear
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,8 @@ class Attention(nn.Module):
         d, D = config.hidden_size, config.head_dim
         self.head_dim = D
         self.split = [config.num_attention_heads, config.num_key_value_heads, config.num_key_value_heads]
-        self.qkv_proj = nn.Linear(d, sum(self.split) * D, bias=False)
-        self.o_proj = nn.Linear(config.num_attention_heads * D, d, bias=False)
+        self.qkv_proj = Linear(d, sum(self.split) * D, bias=False)
+        self.o_proj = Linear(config.num_attention_heads * D, d, bias=False)
         self.q_norm = RMSNorm(D, config.rms_norm_eps)
         self.k_norm = RMSNorm(D, config.rms_norm_eps)
         parts = {name: n * D for name, n in zip(("q_proj", "k_proj", "v_proj"), self.split)}  # checkpoint rows
@@ -226,8 +227,8 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         n = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * n, bias=False)
-        self.down_proj = nn.Linear(n, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * n, bias=False)
+        self.down_proj = Linear(n, config.hidden_size, bias=False)
         fuse_checkpoint_names(self, "gate_up_proj", {"gate_proj": n, "up_proj": n})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -281,7 +282,7 @@ class Transformer(nn.Module):
             raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
         self.config = config
         self.model = Qwen3Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.apply(init_weights)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

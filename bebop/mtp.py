@@ -35,6 +35,7 @@ from torch import nn
 from bebop.kvcache import KVCache
 from bebop.attention import cached_attend, cached_attention_setup
 from bebop.model import DecoderLayer, ModelConfig, RMSNorm, Transformer, init_weights
+from bebop.prepack import Linear, linear
 
 
 def chain_mask(num_anchors: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -68,7 +69,7 @@ class MTPHead(nn.Module):
         self.trained_depth = trained_depth
         self.objective = objective
         d, eps = model_config.hidden_size, model_config.rms_norm_eps
-        self.fc = nn.Linear(2 * d, d, bias=False)
+        self.fc = Linear(2 * d, d, bias=False)
         self.pre_fc_norm_embedding = RMSNorm(d, eps)
         self.pre_fc_norm_hidden = RMSNorm(d, eps)
         self.layers = nn.ModuleList([DecoderLayer(model_config)])
@@ -90,7 +91,7 @@ class MTPHead(nn.Module):
 
     def logits(self, backbone: Transformer, hidden: torch.Tensor) -> torch.Tensor:
         """Draft logits [..., V] from the head's output hidden [..., d], through the backbone's frozen LM head."""
-        return F.linear(hidden, backbone.lm_head.weight.detach())
+        return linear(hidden, backbone.lm_head, detach=True)
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:

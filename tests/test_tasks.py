@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import pytest
 import torch
 
 from bebop import tasks
 from bebop.tasks import AgentConfig, CodeConfig, Example, MathConfig, ProgramRejected, check_program, tool_mask
+from bebop.tasks.agent import calc
 from bebop.tasks.sandbox import SandboxConfig
 from bebop.tokenizer import CALL_CLOSE, EOS, RESULT_CLOSE, RESULT_OPEN, CharTokenizer
 
@@ -179,6 +181,15 @@ def test_demonstration_argument_errors():
         task.demonstration(example, 0)
     with pytest.raises(ValueError, match="task 'agent'"):
         tasks.get("agent").reward(example, "answer: 1")
+
+
+def test_calc_rejects_non_arithmetic_without_a_parser_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # "3and 4" parses, with a SyntaxWarning ("invalid decimal literal")
+        for text in ("3and 4", "1if 1 else 2", "0x10", "1_000", "2.5*2", "'7'"):
+            assert calc(text) is None, text
+    assert not caught, [str(w.message) for w in caught]  # a policy's tool call must not print to the run's stderr
+    assert calc(" 2*(3+4)-1\n") == 13 and calc("-5 * -5") == 25
 
 
 def test_agent_env_protocol_and_turn_limit():

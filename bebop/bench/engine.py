@@ -9,6 +9,10 @@ For each model and batch size it measures, side by side:
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
 
+Every cell, the step-cost micro-benchmarks included, runs once per round, in turn, so a slow patch of a shared
+machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
+ratio within a round, and records keep their per-round seconds (`round_seconds`).
+
 Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (each phase of a step, forwards and sampling
 together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's
 speedup and theory are against compiled plain decoding and compiled step costs. Compilation happens in the untimed
@@ -70,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _interleaved(cells: dict, repeats: int) -> dict:
-    """{name: (median seconds, last result)} for each zero-argument callable in `cells`, timed in rounds of one
-    run of every cell, so a slow patch of a shared machine hits all cells alike and their ratios stay fair."""
+    """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
+    one run of every cell, so a slow patch of a shared machine hits all cells of a round alike."""
     results = {name: fn() for name, fn in cells.items()}  # warm-up: allocator, oneDNN primitive caches
     times = {name: [] for name in cells}
     for _ in range(repeats):
@@ -79,14 +83,19 @@ def _interleaved(cells: dict, repeats: int) -> dict:
             start = time.perf_counter()
             results[name] = fn()
             times[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(times[name]), results[name]) for name in cells}
+    return {name: (times[name], results[name]) for name in cells}
 
 
-@torch.inference_mode()
-def step_costs(engine: Engine, batch: int, gamma: int, context: int, repeats: int = 20) -> dict[str, float]:
-    """Seconds at `context` for a one-token target forward, a (γ+1)-token target forward (verification), and the
-    head's share per draft token: one catch-up pass over γ+1 tokens plus γ-1 single steps, divided by γ; each
-    through the engine's own (compiled or eager) step forwards."""
+def _ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of numerator / denominator within a round: robust to drift between rounds."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+@torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
+def step_cost_cells(engine: Engine, batch: int, gamma: int, context: int, calls: int = 20) -> dict:
+    """Zero-argument callables, each running `calls` calls at `context` of: a one-token target forward
+    ("target_1"), a (γ+1)-token one (verification, "target_verify"), the head's catch-up pass over γ+1 tokens
+    ("catch_up") and one single head step ("single"), through the engine's own (compiled or eager) forwards."""
     model, head = engine.model, engine.mtp
     cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
     cache.lengths.fill_(context)
@@ -94,22 +103,30 @@ def step_costs(engine: Engine, batch: int, gamma: int, context: int, repeats: in
     one = torch.zeros(batch, 1, dtype=torch.long, device=cache.device)
     many = torch.zeros(batch, gamma + 1, dtype=torch.long, device=cache.device)
     hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
-    kv = context + gamma + 1
-
     hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # contiguous as in the engine: its graph
+    kv = context + gamma + 1
 
     def head_step(tokens, h):
         _, out = engine.head_step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
         return head.logits(model, out[:, -1:])
 
-    seconds = {name: t for name, (t, _) in _interleaved({
-        "catch_up": lambda: head_step(many, hidden_many),
-        "single": lambda: head_step(one, hidden),
-        "target_1": lambda: engine.target_step(one, cache, kv_len=kv),
-        "target_verify": lambda: engine.target_step(many, cache, kv_len=kv),
-    }, repeats).items()}
-    return {"target_1": seconds["target_1"], "target_verify": seconds["target_verify"],
-            "draft_step": (seconds["catch_up"] + (gamma - 1) * seconds["single"]) / gamma}
+    def repeated(fn, *args):
+        def run():
+            with torch.inference_mode(), engine.packed_weights():  # as inside generate()
+                return [fn(*args) for _ in range(calls)][-1]
+        return run
+
+    return {"catch_up": repeated(head_step, many, hidden_many), "single": repeated(head_step, one, hidden),
+            "target_1": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), one),
+            "target_verify": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), many)}
+
+
+def step_costs(round_seconds: dict[str, list[float]], gamma: int) -> dict[str, float]:
+    """From the per-round seconds of `step_cost_cells`: the verification forward and the head's share per draft
+    token (one catch-up pass plus γ-1 single steps, divided by γ), each in one-token target forwards."""
+    target_1 = round_seconds["target_1"]
+    draft = [(c + (gamma - 1) * s) / gamma for c, s in zip(round_seconds["catch_up"], round_seconds["single"])]
+    return {"verify_cost": _ratio(round_seconds["target_verify"], target_1), "draft_cost": _ratio(draft, target_1)}
 
 
 def _hf_models(model, dtype, device, workdir: Path):
@@ -164,6 +181,9 @@ def bench_model(name: str, args) -> list[dict]:
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
                       for c, e in engines.items() for gamma in args.gamma for method in ("to", "rs")})
+        context = args.prompt_len + new_tokens // 2
+        cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in args.gamma
+                      for part, fn in step_cost_cells(e, batch, gamma, context).items()})
         if hf is not None:
             target, assistant = hf
             cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
@@ -171,48 +191,48 @@ def bench_model(name: str, args) -> list[dict]:
                 cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens,
                                                                            assistant)
         timed = _interleaved(cells, args.repeats)
-        tps = {key: batch * new_tokens / seconds for key, (seconds, _) in timed.items()}
-        for compiled, engine in engines.items():
-            records += _bebop_records(engine, timed, tps, base, args, compiled)
+        for compiled in engines:
+            records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
-            records += _hf_records(tps, base, engines, batch)
+            records += _hf_records(timed, base, engines, batch)
     return records
 
 
-def _bebop_records(engine: Engine, timed: dict, tps: dict, base: dict, args, compiled: bool) -> list[dict]:
+def _timed(base: dict, seconds: list[float], **fields) -> dict:
+    """A record of a cell timed in `seconds` per round: tokens/s at the median round, and the rounds themselves."""
+    tokens_per_s = base["batch"] * base["new_tokens"] / statistics.median(seconds)
+    return {**base, **fields, "tokens_per_s": tokens_per_s, "round_seconds": seconds}
+
+
+def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     base = {**base, "engine": "bebop", "compiled": compiled}
-    plain_tps = tps[("bebop", "plain", 0, compiled)]
-    records = [{**base, "mode": "plain", "gamma": 0, "tokens_per_s": plain_tps}]
+    plain = timed[("bebop", "plain", 0, compiled)][0]
+    records = [_timed(base, plain, mode="plain", gamma=0)]
     for gamma in args.gamma:
-        costs = step_costs(engine, base["batch"], gamma, args.prompt_len + base["new_tokens"] // 2)
+        costs = step_costs({part: timed[("cost", part, gamma, compiled)][0]
+                            for part in ("catch_up", "single", "target_1", "target_verify")}, gamma)
         for method in ("to", "rs"):
-            rollout = timed[("bebop", method, gamma, compiled)][1]
+            seconds, rollout = timed[("bebop", method, gamma, compiled)]
             alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
             alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
-            theory = theoretical_speedup(alphas, gamma, draft_cost=costs["draft_step"] / costs["target_1"],
-                                         verify_cost=costs["target_verify"] / costs["target_1"])
-            measured = tps[("bebop", method, gamma, compiled)]
-            records.append({**base, "mode": method, "gamma": gamma, "tokens_per_s": measured,
-                            "acceptance_rate": rollout.stats["spec/acceptance_rate"],
-                            "accept_length": rollout.stats["spec/accept_length"],
-                            "speedup": measured / plain_tps, "theoretical_speedup": theory,
-                            "verify_cost": costs["target_verify"] / costs["target_1"],
-                            "draft_cost": costs["draft_step"] / costs["target_1"]})
+            records.append(_timed(base, seconds, mode=method, gamma=gamma,
+                                  acceptance_rate=rollout.stats["spec/acceptance_rate"],
+                                  accept_length=rollout.stats["spec/accept_length"], speedup=_ratio(plain, seconds),
+                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
     return records
 
 
-def _hf_records(tps: dict, base: dict, engines: dict, batch: int) -> list[dict]:
-    hf_tps = tps[("hf", "plain", 0, False)]
+def _hf_records(timed: dict, base: dict, engines: dict, batch: int) -> list[dict]:
     base = {**base, "engine": "hf", "compiled": False}
-    plain = {**base, "mode": "plain", "gamma": 0, "tokens_per_s": hf_tps,
-             "bebop_plain_over_hf": tps[("bebop", "plain", 0, False)] / hf_tps}
+    hf = timed[("hf", "plain", 0, False)][0]
+    eager = timed[("bebop", "plain", 0, False)][0]
+    plain = _timed(base, hf, mode="plain", gamma=0, bebop_plain_over_hf=_ratio(hf, eager))
     if True in engines:
-        plain["bebop_compiled_plain_over_hf"] = tps[("bebop", "plain", 0, True)] / hf_tps
+        plain["bebop_compiled_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
     records = [plain]
     if batch == 1:
-        assisted = tps[("hf", "assisted", 3, False)]
-        records.append({**base, "mode": "assisted", "gamma": 3, "tokens_per_s": assisted,
-                        "speedup": assisted / hf_tps})
+        assisted = timed[("hf", "assisted", 3, False)][0]
+        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(hf, assisted)))
     return records
 
 

@@ -31,6 +31,7 @@ from `<result>` through `</result>` came from the environment.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from bebop.tasks.base import Example, Rng, Task
@@ -40,6 +41,7 @@ ITEMS = ("apple", "pen", "cup", "book", "egg", "lamp", "kite", "ball", "hat", "c
 NAMES = ("ann", "bob", "cal", "dan", "eve", "fay", "gus", "kim", "max", "sam", "tom", "zoe")
 BILLS = (20, 50, 100)
 _MAX_EXPR_CHARS = 40
+_ARITHMETIC_CHARS = re.compile(r"[0-9+\-*() \t]*")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class AgentConfig:
 
 def calc(expression: str) -> int | None:
     """Evaluate integer + - * arithmetic with parentheses; None if it is anything else."""
-    if len(expression) > _MAX_EXPR_CHARS:
+    # Checked before parsing: the parser warns (on stderr, mid-run) about text like "3and" that it still accepts.
+    if len(expression) > _MAX_EXPR_CHARS or not _ARITHMETIC_CHARS.fullmatch(expression.strip()):
         return None
     try:
         return _evaluate(ast.parse(expression.strip(), mode="eval").body)

@@ -1,0 +1,111 @@
+"""bebop.prepack: packed oneDNN weights give the plain linear's results, follow in-place updates, and stay out
+of everything but CPU bf16 eager inference."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import bebop.prepack as prepack
+from bebop.engine import Engine
+from bebop.model import ModelConfig, Transformer
+from bebop.mtp import MTPHead
+from bebop.prepack import Linear, is_packed, prepacked
+from bebop.rollout import GenerationConfig
+
+pytestmark = pytest.mark.skipif(not prepack.PACKING_AVAILABLE, reason="torch built without oneDNN")
+
+
+def bf16_pair():
+    model = Transformer(ModelConfig.tiny()).to(torch.bfloat16).eval()
+    return model, MTPHead(model.config).to(torch.bfloat16).eval()
+
+
+def linears(*modules):
+    return [m for module in modules for m in module.modules() if isinstance(m, Linear)]
+
+
+def test_inside_the_block_every_linear_uses_a_packed_weight_with_the_plain_results():
+    model, head = bf16_pair()
+    tokens = torch.randint(0, model.config.vocab_size, (3, 7))
+    with torch.inference_mode():
+        check_packed_matches_plain(model, head, tokens)
+
+
+def check_packed_matches_plain(model, head, tokens):
+    plain_logits, hidden = model(tokens)
+    plain_draft = head.logits(model, hidden)
+    with prepacked(model, head):
+        assert all(is_packed(m) for m in linears(model, head))
+        packed_logits, packed_hidden = model(tokens)
+        packed_draft = head.logits(model, packed_hidden)
+    assert all(not is_packed(m) for m in linears(model, head))
+    torch.testing.assert_close(packed_logits, plain_logits)
+    torch.testing.assert_close(packed_draft, plain_draft)
+
+
+def test_the_forward_reads_the_packed_weight():
+    model, _ = bf16_pair()
+    tokens = torch.randint(0, model.config.vocab_size, (2, 5))
+    with torch.inference_mode(), prepacked(model):
+        prepack._ACTIVE[model.lm_head] = torch.ops.mkldnn._reorder_linear_weight(torch.zeros_like(model.lm_head.weight))
+        logits, _ = model(tokens)
+    assert logits.abs().max() == 0  # the packed copy, not the module's weight, made these logits
+
+
+def test_a_packing_is_reused_until_the_weight_changes_in_place():
+    model, _ = bf16_pair()
+    tokens = torch.randint(0, model.config.vocab_size, (2, 5))
+    with torch.inference_mode():
+        check_update_is_seen(model, tokens, reused=True)
+
+
+def test_weights_made_in_inference_mode_are_packed_afresh_and_updates_seen():
+    with torch.inference_mode():  # inference tensors carry no version counter
+        model, _ = bf16_pair()
+        check_update_is_seen(model, torch.randint(0, model.config.vocab_size, (2, 5)), reused=False)
+
+
+def check_update_is_seen(model, tokens, *, reused: bool):
+    with prepacked(model):
+        first = [prepack._ACTIVE[m] for m in linears(model)]
+        before, _ = model(tokens)
+    with prepacked(model):
+        assert all((prepack._ACTIVE[m] is p) == reused for m, p in zip(linears(model), first))  # not repacked
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)  # in place, as an optimiser step or a snapshot refresh writes
+    expected, _ = model(tokens)
+    with prepacked(model):
+        assert prepack._ACTIVE[model.lm_head] is not first[-1]
+        after, _ = model(tokens)
+    torch.testing.assert_close(after, expected)
+    assert (after - before).abs().max() > 0.1  # what the stale packing would have given
+
+
+def test_fp32_weights_and_a_disabled_block_are_left_alone():
+    model = Transformer(ModelConfig.tiny()).eval()
+    with prepacked(model):
+        assert all(not is_packed(m) for m in linears(model))
+    bf16, _ = bf16_pair()
+    with prepacked(bf16, enabled=False):
+        assert all(not is_packed(m) for m in linears(bf16))
+    with prepacked(None, bf16):
+        assert all(is_packed(m) for m in linears(bf16))
+
+
+def test_the_engine_samples_a_policy_updated_in_place_between_generates(monkeypatch):
+    model, head = bf16_pair()
+    engine = Engine(model, head)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    config = GenerationConfig(max_new_tokens=12, gamma=2, method="rs", seed=3)
+    engine.generate(prompts, config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    updated = engine.generate(prompts, config)
+    fresh = Engine(copy.deepcopy(model), copy.deepcopy(head)).generate(prompts, config)
+    assert updated.tokens == fresh.tokens
+    monkeypatch.setattr(prepack, "PACKING_AVAILABLE", False)
+    assert engine.generate(prompts, config).tokens == updated.tokens  # packed or not: the same samples
