@@ -125,8 +125,8 @@ class Engine:
             while batch.rows:
                 steps += 1
                 self._step(batch, config, generator, out, verdicts, timing)
-            wall = time.perf_counter() - start
-            return out.build(self._stats(out, verdicts, timing, wall, steps, config))
+        wall = time.perf_counter() - start
+        return out.build(self._stats(out, verdicts, timing, wall, steps, config))
 
     # ----------------------------------------------------------------------------------------------
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
