@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bebop.attention import (Attend, apply_rope, cached_attend, cached_attention_setup, causal_attend, prefix_attend,
-                             rope_tables)
+from bebop.attention import (Attend, additive_bias, apply_rope, cached_attend, cached_attention_setup, causal_attend,
+                             prefix_attend, rope_tables)
 from bebop.kvcache import KVCache
 from bebop.prepack import Linear
 
@@ -352,7 +352,8 @@ class Transformer(nn.Module):
         query = torch.arange(S, device=suffix.device)[:, None]  # [S, 1]
         visible = torch.where(slot < P, slot < start[:, None, None],  # a prompt's real positions ...
                               slot - P <= query)  # ... then its own suffix, causally: [N, S, P + S]
-        attends = [partial(prefix_attend, prefix_k=k[group], prefix_v=v[group], visible=visible[:, None])
+        bias = additive_bias(visible)[:, None]  # [N, 1, S, P + S]
+        attends = [partial(prefix_attend, prefix_k=k[group], prefix_v=v[group], bias=bias)
                    for k, v in prefix_kv]
         suffix_hidden = self._layers(suffix, self.rope_cos[pos][:, None], self.rope_sin_signed[pos][:, None], attends)
         return self.lm_logits(prefix_hidden), prefix_hidden, self.lm_logits(suffix_hidden), suffix_hidden

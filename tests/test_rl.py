@@ -492,3 +492,31 @@ def test_bench_rl_writes_the_speedups(policy_dir, tmp_path):
     assert runs["agent-rs-e2e_tv"]["accept_length"] >= 1 and "accept_length" not in runs["agent-none"]
     with pytest.raises(ValueError, match="unknown task"):
         bench.run(parser.parse_args(["--policy", str(policy_dir), "--tasks", "chess"]))
+
+
+@pytest.mark.parametrize("shape", ["policy", "deep"])
+def test_bench_rl_self_draft_ceiling_accepts_every_draft(policy_dir, tmp_path, shape):
+    """--self-draft swaps in a perfect draft pair: RS accepts (nearly) every draft, and lr 0 keeps it perfect."""
+    import argparse
+
+    from bebop.bench import rl as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    out = tmp_path / "bench.json"
+    args = parser.parse_args(["--policy", str(policy_dir), "--json", str(out), "--steps", "3", "--prompts", "2",
+                              "--group", "2", "--max-new-tokens", "16", "--tasks", "math", "--gamma", "2",
+                              "--self-draft", shape, "--out", str(tmp_path / "runs")])
+    assert bench.run(args) == 0
+    result = json.loads(out.read_text())
+    spec = result["tasks"]["math"]["runs"]["math-rs-e2e_tv"]
+    assert result["self_draft"] == shape and spec["accept_length"] > 2.9 and spec["accept_length_drift"] == 0, spec
+    run = load_run(tmp_path / "runs" / "math-rs-e2e_tv-0")
+    assert run.meta["config"]["lr"] == 0.0
+    assert (run.meta["policy_parameters"] > policy_parameters(policy_dir)) == (shape == "deep")
+
+
+def policy_parameters(path) -> int:
+    from bebop.default import load_default
+
+    return load_default(path=path).model.num_parameters()

@@ -15,11 +15,19 @@ largest where few rows decode at once); the JSON's `tasks` then hold the first v
 all of them. In async mode the step time is max(generation, update) plus what does not overlap, so the
 end-to-end gain is at most the rollout gain and shrinks when the update, not generation, is the bottleneck.
 Numbers on a shared 2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
+
+`--self-draft policy|deep` asks what the best possible head would give on this machine: the policy and its heads
+become a self-draft pair (bebop.selfdraft: the draft is the target, so RS accepts every draft) of the policy's
+shape or of `ModelConfig.deep` (16 narrow layers, where one head layer costs a tenth of a step, as on real
+checkpoints), trained at lr 0 so the draft stays exact while the update still costs what it costs. Its text is
+noise that ends where a stop token happens to be drawn, so this bounds acceptance, not the long tail of a trained
+policy's row lengths.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -27,6 +35,8 @@ from pathlib import Path
 
 from bebop.metrics import derive, pool
 from bebop.rl.config import TASKS, RLConfig
+
+SELF_DRAFT_SHAPES = ("policy", "deep")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temp)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--self-draft", choices=SELF_DRAFT_SHAPES, default=None,
+                        help="replace the policy and heads by a perfect draft pair of this shape: the ceiling of MTP here")
 
 
 def summarize(records: list[dict], skip: int = 1) -> dict:
@@ -80,6 +92,22 @@ def summarize(records: list[dict], skip: int = 1) -> dict:
     return out
 
 
+def self_draft_default(default, shape: str):
+    """`default` with its policy and every head replaced by one self-draft pair (q = p) of the policy's shape
+    ("policy") or of ModelConfig.deep ("deep") at the tokenizer's vocabulary."""
+    from bebop.model import ModelConfig
+    from bebop.selfdraft import self_draft_pair
+
+    if shape not in SELF_DRAFT_SHAPES:
+        raise ValueError(f"unknown self-draft shape {shape!r}; valid names: {list(SELF_DRAFT_SHAPES)}")
+    config = default.model.config
+    if shape == "deep":
+        config = ModelConfig.deep(vocab_size=config.vocab_size)
+    model, head = self_draft_pair(config, seed=0)
+    dtype = default.model.lm_head.weight.dtype
+    return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
+
+
 def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True) -> list[dict]:
     from bebop.rl.loop import Trainer
 
@@ -92,7 +120,8 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
     base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
-                          micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts)
+                          micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
+                          **({"lr": 0.0} if args.self_draft else {}))
     variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in args.heads]
     if args.with_sync and not args.sync:
         variants.append(("none", None, "sync"))
@@ -106,7 +135,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{args.heads[0]}"]
-    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
+    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size, "self_draft": args.self_draft,
               "speedup_end_to_end": plain["step_s"] / spec["step_s"], "speedup_rollout": plain["gen_s"] / spec["gen_s"],
               "runs": merged}
     if f"{task}-none-sync" in merged:
@@ -122,7 +151,8 @@ def print_table(results: list[dict]) -> None:
             drift = f"{100 * s['accept_length_drift']:+.1f}%" if "accept_length_drift" in s else "-"
             print(f"{name:<22}{s['step_s']:>8.2f}{s['gen_s']:>8.2f}{s['update_s']:>8.2f}{s['reward_mean']:>8.3f}"
                   f"{s['entropy']:>8.3f}{acc:>9}{drift:>8}")
-        print(f"  {result['task']} ({result['mode']}, {result['rows']} rows): "
+        ceiling = f", self-draft ceiling ({result['self_draft']} shape)" if result["self_draft"] else ""
+        print(f"  {result['task']} ({result['mode']}, {result['rows']} rows{ceiling}): "
               f"end-to-end speedup {result['speedup_end_to_end']:.2f}x, "
               f"rollout speedup {result['speedup_rollout']:.2f}x"
               + (f", async over sync (no MTP) {result['speedup_async_over_sync']:.2f}x"
@@ -136,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise ValueError(f"unknown task(s) {bad}; valid names: {list(TASKS)}")
     default = load_default(path=args.policy)
+    if args.self_draft:
+        default = self_draft_default(default, args.self_draft)
     missing = [h for h in args.heads if h not in default.heads]
     if missing:
         raise ValueError(f"heads {missing} are not shipped; available: {sorted(default.heads)}")
@@ -145,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(results)
     first = [r for r in results if r["prompts"] == args.prompts[0]]
     out = {"speedup_end_to_end": first[0]["speedup_end_to_end"], "speedup_rollout": first[0]["speedup_rollout"],
-           "tasks": {r["task"]: r for r in first}}
+           "self_draft": args.self_draft, "tasks": {r["task"]: r for r in first}}
     if len(args.prompts) > 1:  # the effective-batch sweep: speedups per task and rows per step
         out["sweep"] = [{k: r[k] for k in ("task", "prompts", "rows", "speedup_end_to_end", "speedup_rollout")}
                         for r in results]
