@@ -7,8 +7,8 @@
   * `masked_attend`: attention under an additive bias (0 visible, -inf hidden). SDPA, except in bf16 on CPU:
     there `grouped_attend`'s batched matmuls ran forward and backward 2.3-2.5x faster than SDPA's masked CPU
     kernel at the GRPO update's shapes (32 rows of 160 queries over 200 keys) and 1.5-5.8x at smaller ones (the
-    whole update 1.22x), while in fp32 SDPA was as fast or faster. The MTP chain's attention (bebop.mtp) stays on SDPA: the grouped
-    form measured no faster there.
+    whole update 1.22x), while in fp32 SDPA was as fast or faster. The MTP chain's attention (bebop.mtp) stays on
+    SDPA: the grouped form measured no faster there.
   * `cached_attend` with `cached_attention_setup`: row b's new tokens sit at positions cache.lengths[b] + s
     (RoPE positions too); their K/V are written there and query s attends to slots <= lengths[b] + s, over
     the first `kv_len` slots only. Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are

@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temp)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--self-draft", choices=SELF_DRAFT_SHAPES, default=None,
-                        help="replace the policy and heads by a perfect draft pair of this shape: the ceiling of MTP here")
+                        help="replace the policy and heads by a perfect draft pair of this shape "
+                             "(the ceiling of MTP on this machine)")
 
 
 def summarize(records: list[dict], skip: int = 1) -> dict:
@@ -135,9 +136,9 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{args.heads[0]}"]
-    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size, "self_draft": args.self_draft,
-              "speedup_end_to_end": plain["step_s"] / spec["step_s"], "speedup_rollout": plain["gen_s"] / spec["gen_s"],
-              "runs": merged}
+    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
+              "self_draft": args.self_draft, "speedup_end_to_end": plain["step_s"] / spec["step_s"],
+              "speedup_rollout": plain["gen_s"] / spec["gen_s"], "runs": merged}
     if f"{task}-none-sync" in merged:
         result["speedup_async_over_sync"] = merged[f"{task}-none-sync"]["step_s"] / plain["step_s"]
     return result
