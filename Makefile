@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-avx2 bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -rs
+
+# The path a CPU without AVX-512 takes, on any x86 machine: oneDNN and ATen limited to AVX2 (so oneDNN refuses
+# bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.
+test-avx2: $(STAMP)
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BEBOP_CPU_BF16_PACKING=0 \
+		$(BIN)/python -m pytest -q -rs tests/test_engine.py tests/test_prepack.py tests/test_rl.py tests/test_attention.py -k "not compiled"
 
 bench: $(STAMP)
 	$(BIN)/bebop bench losses

@@ -4,8 +4,8 @@
     and was faster than explicit matmuls at pretraining shapes.
   * `prefix_attend`: rows that continue a shared prompt attend over its keys/values, computed once per prompt
     (the GRPO update: every completion of a group starts with the same prompt), through `masked_attend`.
-  * `masked_attend`: attention under an additive bias (0 visible, -inf hidden). SDPA, except in bf16 on CPU:
-    there `grouped_attend`'s batched matmuls ran forward and backward 2.3-2.5x faster than SDPA's masked CPU
+  * `masked_attend`: attention under an additive bias (0 visible, -inf hidden). SDPA, except in bf16 on a CPU
+    with native bf16 (`bebop.device.cpu_has_fast_bf16`): there `grouped_attend`'s batched matmuls ran forward and backward 2.3-2.5x faster than SDPA's masked CPU
     kernel at the GRPO update's shapes (32 rows of 160 queries over 200 keys) and 1.5-5.8x at smaller ones (the
     whole update 1.22x), while in fp32 SDPA was as fast or faster. The MTP chain's attention (bebop.mtp) stays on
     SDPA: the grouped form measured no faster there.
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
+from bebop.device import cpu_has_fast_bf16
 from bebop.kvcache import KVCache
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ GROUPED_MAX_SCORES = 2**26
 def masked_attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """q [B, H, S, D] over keys/values [B, Hkv, T, D] under an additive bias [B or 1, 1, S, T] -> [B, H, S, D]."""
     small = q.shape[:3].numel() * keys.shape[2] <= GROUPED_MAX_SCORES
-    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and small:
+    # The grouped form won only where oneDNN has native bf16 matmuls; elsewhere SDPA's own kernel is kept.
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and small and cpu_has_fast_bf16():
         return grouped_attend(q, keys, values, bias[:, :, None])
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias.to(q.dtype),
                                           enable_gqa=q.shape[1] != keys.shape[1])

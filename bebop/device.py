@@ -1,24 +1,69 @@
-"""Device and dtype defaults: bf16 where the hardware runs it fast, fp32 elsewhere."""
+"""Device and dtype defaults, and what this CPU can do in bf16.
+
+bf16 *works* on every CPU; how fast depends on the instructions oneDNN finds:
+
+  * native bf16 dot products (AVX512-BF16 or AMX): bf16 matmuls are 3-5x faster than fp32, and bebop packs bf16
+    linear weights for oneDNN once (bebop.prepack). `auto` picks bf16.
+  * AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT without them: oneDNN converts bf16 in software; packing works, bf16 is
+    not faster than fp32. `auto` picks fp32.
+  * AVX2 only: oneDNN refuses bf16 (packing raises), so bf16 matmuls run ATen's reference kernels: correct,
+    slow. `auto` picks fp32; an explicit bf16 runs unpacked.
+
+`cpu_bf16_packing()` asks oneDNN itself (one tiny trial packing, cached), so it is right on CPUs whose flags
+this module does not know and under `ONEDNN_MAX_CPU_ISA`, which CI uses to run the AVX2 path on an AVX-512
+machine. `BEBOP_CPU_BF16_PACKING=0` turns packing off (and `=1` skips the trial), whatever the CPU.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PACKING_SWITCH = "BEBOP_CPU_BF16_PACKING"
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return frozenset(word for line in f if line.startswith("flags") for word in line.split()[2:])
+    except OSError:
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_bf16_works() -> bool:
+    """Whether oneDNN runs bf16 linears on this CPU: one tiny trial of the packing bebop.prepack uses. Its refusal
+    ("bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq") is how oneDNN says so."""
+    try:
+        if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+            return False
+        weight = torch.ones(2, 2, dtype=torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+        out = torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2, dtype=torch.bfloat16), packed, None, "none", [], "")
+        return bool((out == 2).all())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def cpu_bf16_packing() -> bool:
+    """Whether bebop.prepack packs CPU bf16 linear weights: oneDNN's answer, unless BEBOP_CPU_BF16_PACKING forces
+    it ("0" off, "1" on without the trial). Read on every call, so a test or a job can flip it."""
+    forced = os.environ.get(PACKING_SWITCH, "").strip()
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"{PACKING_SWITCH} must be 0 or 1 (or unset: ask oneDNN), got {forced!r}")
+    return forced == "1" if forced else onednn_bf16_works()
 
 
 @functools.lru_cache(maxsize=None)
 def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 dot products (AVX512-BF16 or AMX), where oneDNN's bf16 matmuls
-    beat fp32 by 3-5x; without them bf16 is emulated and slower than fp32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """True when bf16 beats fp32 here: native bf16 dot products (AVX512-BF16 or AMX) that oneDNN also uses
+    (`onednn_bf16_works`, which `ONEDNN_MAX_CPU_ISA` can deny). Elsewhere bf16 is emulated and slower than fp32."""
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags()) and onednn_bf16_works()
 
 
 def default_device() -> torch.device:

@@ -10,8 +10,10 @@ freezing pass does): the same oneDNN kernel, the same results. Measured on this 
 A packing is reused while the weight's version counter and storage say it is unchanged, so a policy updated in
 place (an optimiser step, `copy_`, `load_state_dict`) is repacked at the next `prepacked` block, and only then
 (weights made under `torch.inference_mode` have no version counter: they are packed afresh every block).
-Weights must not change inside a block. Outside one, `Linear` is `nn.Linear`. Anything but a CPU bf16 weight
-(or a torch built without oneDNN) is left alone.
+Weights must not change inside a block. Outside one, `Linear` is `nn.Linear`. Anything but a CPU bf16 weight is
+left alone, and so is everything on a CPU where oneDNN cannot pack bf16 (AVX2 without AVX-512, or a torch built
+without oneDNN: `bebop.device.cpu_bf16_packing`, which `BEBOP_CPU_BF16_PACKING=0` also turns off); there the
+block is a no-op and bf16 linears run as plain `F.linear`.
 
 Eager only. Compiled graphs keep `F.linear`: inductor lowers oneDNN's packed matmul only for weights that are
 graph constants (frozen, which a policy under RL is not), and routed through a Python custom op instead it
@@ -29,16 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def _mkldnn_ops_available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and all(
-            hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
-    except (AttributeError, RuntimeError):
-        return False
-
-
-PACKING_AVAILABLE = _mkldnn_ops_available()
+from bebop.device import cpu_bf16_packing
 
 
 # Kept beside the modules, not on them, so deepcopy, pickle and state_dict never meet an opaque oneDNN tensor.
@@ -71,7 +64,7 @@ def is_packed(module: nn.Linear) -> bool:
 
 
 def _packable(weight: torch.Tensor) -> bool:
-    return PACKING_AVAILABLE and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
 def _pack(module: Linear) -> torch.Tensor:
@@ -88,9 +81,12 @@ def _pack(module: Linear) -> torch.Tensor:
 @contextmanager
 def prepacked(*modules: nn.Module | None, enabled: bool = True) -> Iterator[None]:
     """Within the block, the bebop `Linear`s of `modules` (None entries skipped) with CPU bf16 weights multiply
-    by packed copies of their weights, which must not change until the block ends. enabled=False: a no-op."""
+    by packed copies of their weights, which must not change until the block ends. A no-op with enabled=False
+    or where this CPU cannot pack bf16 (`cpu_bf16_packing`)."""
     linears = [m for module in modules if enabled and module is not None for m in module.modules()
                if isinstance(m, Linear) and _packable(m.weight)]
+    if linears and not cpu_bf16_packing():
+        linears = []
     for m in linears:
         _ACTIVE[m] = _pack(m)
     try:

@@ -62,7 +62,9 @@ def test_grouped_attend_serves_each_query_head_from_its_kv_head():
 
 
 def test_masked_attend_dispatch(monkeypatch):
-    """CPU bf16 within GROUPED_MAX_SCORES: the grouped matmuls, no SDPA call; fp32, or past the limit: SDPA."""
+    """CPU bf16 within GROUPED_MAX_SCORES on a CPU with native bf16: the grouped matmuls, no SDPA call; fp32, past
+    the limit, or a CPU that emulates bf16: SDPA."""
+    monkeypatch.setattr(attention, "cpu_has_fast_bf16", lambda: True)
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
@@ -77,6 +79,12 @@ def test_masked_attend_dispatch(monkeypatch):
     monkeypatch.setattr(attention, "GROUPED_MAX_SCORES", q.shape[:3].numel() * keys.shape[2] - 1)
     masked_attend(*low, bias)
     assert calls == [1, 1]
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    monkeypatch.setattr(attention, "cpu_has_fast_bf16", lambda: False)
+    masked_attend(*low, bias)
+    assert calls == [1, 1, 1]
 
 
 def test_additive_bias():

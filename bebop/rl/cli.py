@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--gamma", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--gen-dtype", choices=("auto", "fp32", "bf16"), default=None,
+                        help="the rollout snapshot's dtype (default: the preset's; auto = bf16 where this CPU runs it "
+                             "natively, else fp32; bf16 runs on every CPU, slowly where it is emulated)")
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
                         help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once)")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
@@ -42,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    overrides = {k: getattr(args, k) for k in ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens")
+    overrides = {k: getattr(args, k) for k in ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype")
                  if getattr(args, k) is not None}
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
