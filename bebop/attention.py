@@ -5,10 +5,10 @@
   * `prefix_attend`: rows that continue a shared prompt attend over its keys/values, computed once per prompt
     (the GRPO update: every completion of a group starts with the same prompt), through `masked_attend`.
   * `masked_attend`: attention under an additive bias (0 visible, -inf hidden). SDPA, except in bf16 on a CPU
-    with native bf16 (`bebop.device.cpu_has_fast_bf16`): there `grouped_attend`'s batched matmuls ran forward and backward 2.3-2.5x faster than SDPA's masked CPU
-    kernel at the GRPO update's shapes (32 rows of 160 queries over 200 keys) and 1.5-5.8x at smaller ones (the
-    whole update 1.22x), while in fp32 SDPA was as fast or faster. The MTP chain's attention (bebop.mtp) stays on
-    SDPA: the grouped form measured no faster there.
+    with native bf16 (`bebop.device.cpu_has_fast_bf16`): there `grouped_attend`'s batched matmuls measured faster
+    forward and backward than SDPA's masked CPU kernel at the GRPO update's shapes (32 rows of 160 queries over 200
+    keys) and smaller ones (README, Benchmarks), while in fp32 SDPA was as fast or faster. The MTP chain's
+    attention (bebop.mtp) stays on SDPA: the grouped form measured no faster there.
   * `cached_attend` with `cached_attention_setup`: row b's new tokens sit at positions cache.lengths[b] + s
     (RoPE positions too); their K/V are written there and query s attends to slots <= lengths[b] + s, over
     the first `kv_len` slots only. Plain matmul attention with queries grouped as [B, Hkv, G*S, D], so K/V are
@@ -119,7 +119,8 @@ def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache:
     if keys.device.type == "cpu" and dtype != torch.float32:
         # On CPU, attention of a few query rows is a chain of tiny batched matmuls: oneDNN's bf16 bmm pays a
         # fixed cost each and repacks the strided cache slice with a slow generic copy, while fp32 BLAS does not.
-        # Upcasting is the one copy of the slice anyway: 1.5x faster at batch 1, no slower at 32, and more exact.
+        # Upcasting is the one copy of the slice anyway: measured faster at batch 1 (README, Benchmarks), no
+        # slower at 32, and more exact.
         q, keys, values = q.float(), keys.float(), values.float()
     return grouped_attend(q, keys, values, bias).to(dtype)
 

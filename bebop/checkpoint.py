@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,13 @@ from safetensors.torch import save
 
 from bebop.atomic import atomic_open
 from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
+from bebop.mtp import MTPHead, check_head_fits
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 HEAD_WEIGHTS, HEAD_CONFIG = "head.safetensors", "head.json"
 MTP_PREFIX = "mtp."
-# The layer fields a head's weights depend on; a head loads onto any backbone that agrees on them.
+# The layer fields a head's weights depend on, recorded in head.json; a head loads onto any backbone that agrees
+# on them (`check_head_fits`).
 HEAD_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
 
 
@@ -170,9 +172,10 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path} has no {name} (expected a directory written by save_head)")
     meta = json.loads((path / HEAD_CONFIG).read_text())
-    wrong = {k: (meta[k], getattr(model_config, k)) for k in HEAD_FIELDS if k in meta and meta[k] != getattr(model_config, k)}
-    if wrong:
-        raise ValueError(f"head at {path} was built for another backbone shape (head, model): {wrong}")
+    try:  # the head's config is the backbone's with the recorded fields (an older head.json may lack some)
+        check_head_fits(replace(model_config, **{k: meta[k] for k in HEAD_FIELDS if k in meta}), model_config)
+    except ValueError as error:
+        raise ValueError(f"head at {path}: {error}") from None
     tensors = _read_tensors([path / HEAD_WEIGHTS])
     stray = [k for k in tensors if not k.startswith(MTP_PREFIX)]
     if stray:

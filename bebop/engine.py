@@ -10,8 +10,9 @@ Per speculative step, for every active row at once:
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
               accepted tokens; the same forward yields the next step-1 draft
 
-The device work of 1, 2 and 5 is `bebop.step` (draft, verify_rows, catch_up), eager or compiled; this module
-keeps the host side: the random draws, the sync, the bookkeeping of rows.
+The device work of 1, 2 and 5 is `bebop.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
+the layouts shared with this module: the step's uniforms (`draw_uniforms`, from the engine's generator) and the
+host table (`unpack_host_row`). This module keeps the host side: the generator, the sync, the bookkeeping of rows.
 
 State between steps: the target cache holds positions 0..L-1 of a row, `pending` is the token at L (sampled,
 not yet in the cache), and the head's cache is valid up to L-1, where its last entry is the step-1 draft query
@@ -22,16 +23,19 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
 from bebop.kvcache import KVCache
 from bebop.metrics import SpecCounters, derive, entropy
+from bebop.mtp import check_head_fits
 from bebop.prepack import prepacked
 from bebop.rollout import Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.sampling import probs_from_logits, sample
-from bebop.step import catch_up, draft, verify_rows
+from bebop.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
 
 
 @dataclass
@@ -57,6 +61,26 @@ class _Batch:
             self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
 
 
+def _pad(feeds: list[tuple[int, int, list[int]]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The feeds' token runs right-padded with 0 [F, W], their start positions [F] and last indices [F]."""
+    tokens = torch.zeros(len(feeds), max(len(t) for _, _, t in feeds), dtype=torch.long)
+    for r, (_, _, feed) in enumerate(feeds):
+        tokens[r, : len(feed)] = torch.as_tensor(feed, dtype=torch.long)
+    starts = torch.tensor([s for _, s, _ in feeds], device=device)
+    last = torch.tensor([len(t) - 1 for _, _, t in feeds], device=device)
+    return tokens.to(device), starts, last
+
+
+@contextmanager
+def _rows_of(cache: KVCache, index: torch.Tensor, whole: bool) -> Iterator[KVCache]:
+    """Rows `index` of `cache` to write into: the cache itself when they are all of it, else a copy of them that is
+    written back at the end of the block."""
+    sub = cache if whole else cache.select(index)
+    yield sub
+    if not whole:
+        cache.assign(index, sub)
+
+
 class Engine:
     """Generation for a target `model` with an optional MTP draft head `mtp`.
 
@@ -64,8 +88,8 @@ class Engine:
     sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs with
     dynamic shapes (on CPU with inductor's C++ wrapper): a few graphs per phase serve every batch size, cache
     length, prompt width and gamma (torch specialises sizes 0 and 1, so batch 1 and plain steps get their own).
-    The first steps pay the compilation (1-2 minutes in all on 2 CPU cores, cached on disk by inductor for later
-    processes): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
+    The first steps pay the compilation (cached on disk by inductor for later processes; its cost is in README's
+    Benchmarks): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
     run as a few fused kernels, which on CPU is most of a small model's step time. The randomness comes in as
     uniforms drawn from the engine's generator, so from the same seed the compiled engine draws what the eager one
     draws. Parameters stay graph inputs (no freezing), so a policy that an optimiser updates in place is sampled
@@ -76,17 +100,14 @@ class Engine:
         self.model, self.mtp, self.compiled = model, mtp, compile
         self.config = model.config
         if mtp is not None:
-            for name in ("hidden_size", "vocab_size"):
-                got, want = getattr(mtp.config, name), getattr(self.config, name)
-                if got != want:
-                    raise ValueError(f"MTP head {name}={got} does not match the policy's {name}={want}")
+            check_head_fits(mtp.config, self.config)
         if compile:
             # Dynamo's recompile limit (8) counts per code object, over every model a process compiles: two
             # models' graphs of Transformer.forward would exhaust it and silently fall back to eager.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         # On CPU the generated Python wrapper that calls a graph's few dozen kernels costs about as much as the
-        # small kernels themselves; a C++ wrapper (the same kernels) measured 1.34x faster plain steps at batch 1
-        # and 1.06x at batch 32 on the tiny model, and compiles no slower.
+        # small kernels themselves; a C++ wrapper (the same kernels) measured faster plain steps, most at batch 1,
+        # and compiles no slower (README, Benchmarks).
         options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
         wrap = (lambda fn: torch.compile(fn, dynamic=True, options=options)) if compile else (lambda fn: fn)
         # The cached forwards (prefill, step costs), compiled or not: model.forward and mtp.forward_cached.
@@ -101,7 +122,7 @@ class Engine:
 
     def packed_weights(self):
         """The context generate() runs in: eagerly on CPU in bf16, linear weights packed for oneDNN once per
-        weight version instead of on every matmul (bebop.prepack; steps 1.04-1.16x faster on a 2-core CPU)."""
+        weight version instead of on every matmul (bebop.prepack; measured faster steps: README, Benchmarks)."""
         return prepacked(self.model, self.mtp, enabled=not self.compiled)
 
     @torch.inference_mode()
@@ -179,46 +200,35 @@ class Engine:
         feeds: (row in batch, start position, tokens) — a prompt at 0, or [stop token, env reply...] where a row
         parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
         head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
-        device, gamma = self.device, config.gamma
-        index = torch.tensor([i for i, _, _ in feeds], dtype=torch.long, device=device)
-        width = max(len(t) for _, _, t in feeds)
-        tokens = torch.zeros(len(feeds), width, dtype=torch.long)
-        for r, (_, _, feed) in enumerate(feeds):
-            tokens[r, : len(feed)] = torch.as_tensor(feed, dtype=torch.long)
-        tokens = tokens.to(device)  # [F, W]
-        starts = torch.tensor([s for _, s, _ in feeds], device=device)  # [F]
-        last = torch.tensor([len(t) - 1 for _, _, t in feeds], device=device)  # [F]
-        rows = torch.arange(len(feeds), device=device)
-        kv_len = max(s for _, s, _ in feeds) + width
+        index = torch.tensor([i for i, _, _ in feeds], dtype=torch.long, device=self.device)  # [F]
+        tokens, starts, last = _pad(feeds, self.device)  # [F, W], [F], [F]
+        rows = torch.arange(len(feeds), device=self.device)  # [F]
+        kv_len = max(s for _, s, _ in feeds) + tokens.shape[1]
         whole = [i for i, _, _ in feeds] == list(range(len(batch.rows)))  # e.g. prefill: no sub-cache copies
         for cache in (batch.cache, batch.draft_cache):
             if cache is not None:
                 cache.grow(kv_len)
-        cache = batch.cache if whole else batch.cache.select(index)
-        cache.lengths.copy_(starts)
-        _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
-        target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
-        token = sample(target_probs, generator)  # [F]
-        cache.lengths += last + 1
-        if not whole:
-            batch.cache.assign(index, cache)
-        if gamma > 0:
+        with _rows_of(batch.cache, index, whole) as cache:
+            cache.lengths.copy_(starts)
+            _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
+            target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
+            token = sample(target_probs, generator)  # [F]
+            cache.lengths += last + 1
+        if config.gamma > 0:
             # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
-            next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)
+            next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [F, W]
             next_tokens[rows, last] = token
-            draft_cache = batch.draft_cache if whole else batch.draft_cache.select(index)
-            draft_cache.lengths.copy_(starts)
-            _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
-                                             kv_len=kv_len, compute_logits=False)
-            draft_cache.lengths += last + 1
-            if not whole:
-                batch.draft_cache.assign(index, draft_cache)
+            with _rows_of(batch.draft_cache, index, whole) as draft_cache:
+                draft_cache.lengths.copy_(starts)
+                _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
+                                                 kv_len=kv_len, compute_logits=False)  # [F, W, d]
+                draft_cache.lengths += last + 1
             batch.draft_hidden[index] = draft_hidden[rows, last][:, None]  # [F, 1, d]
             batch.draft_logits[index] = self.mtp.logits(self.model, batch.draft_hidden[index])[:, 0]  # [F, V]
         batch.pending[index] = token
         for (i, s, feed) in feeds:
             batch.lengths[i] = s + len(feed)
-        logp = target_probs.gather(-1, token[:, None])[:, 0].log()
+        logp = target_probs.gather(-1, token[:, None])[:, 0].log()  # [F]
         return torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1).tolist()  # HOST SYNC
 
     def _settle(self, batch: _Batch, feeds, config, generator, out: RolloutBuilder) -> None:
@@ -237,23 +247,11 @@ class Engine:
         if done:
             batch.keep([i for i in range(len(batch.rows)) if i not in done])
 
-    def _uniforms(self, rows: int, config: GenerationConfig, generator) -> torch.Tensor:
-        """[B, n] float64, a step's random numbers (bebop.step): one draw per sampling decision, in the order the
-        decisions are made (each "rs" draft, the acceptance tests, the next token), i.e. what sampling from the
-        generator at each decision consumes, so a seeded run is the same eagerly and compiled."""
-        gamma, device = config.gamma, self.device
-        if gamma > 0 and config.method == "greedy":  # prefix matching draws nothing
-            return torch.zeros(rows, gamma + 1, dtype=torch.float64, device=device)
-        draws = [1] * gamma if config.method == "rs" else []
-        draws += [gamma, 1] if gamma > 0 else [1]
-        return torch.cat([torch.rand(rows, n, dtype=torch.float64, device=device, generator=generator)
-                          for n in draws], 1)
-
     def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
         gamma, sampling = config.gamma, (config.temperature, config.top_k, config.top_p)
         kv_len = max(batch.lengths) + gamma + 1
         t0 = time.perf_counter()
-        uniforms = self._uniforms(len(batch.rows), config, generator)  # [B, n]
+        uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
         # 1. draft
         if gamma > 0:
             draft_tokens, draft_probs = self.draft_step(
@@ -269,30 +267,20 @@ class Engine:
             method=config.method, sampling=sampling)
         self._sync(config)
         t2 = time.perf_counter()
-        # 3. sync: HOST SYNC (the one per step)
-        host = host.tolist()
+        # 3. sync: the one device->host copy per step
+        results = [unpack_host_row(row, gamma) for row in host.tolist()]  # HOST SYNC
         if gamma > 0:
-            verdicts += [[row[0], *row[2 * gamma + 3 : 3 * gamma + 3]] for row in host]
+            verdicts += [[r.num_accepted, *r.verified_entropies] for r in results]
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
-        keep, kept_accepted, parked = [], [], []
-        for i, row in enumerate(host):
-            n = int(row[0])
-            toks = [int(t) for t in row[1 : n + 2]]
-            origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
-            lp, h = row[gamma + 2 : gamma + 3 + n], row[2 * gamma + 3 : 2 * gamma + 4 + n]
-            state, stop_at, reply = out.append(batch.rows[i], toks, lp, h, origins)
-            if state != "done":
-                keep.append(i)
-                kept_accepted.append(n)
-            if state == "park":  # cache through the token before the stop; feed [stop, reply...] from there
-                parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [toks[stop_at], *reply]))
+        keep, parked = self._retire(batch, results, gamma, out)
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
             index = torch.tensor(keep, dtype=torch.long, device=self.device)
             num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted, hidden))
             batch.keep(keep)
         if batch.rows:
-            self._advance(batch, num_accepted, kept_accepted, next_token, emitted, hidden, config)
+            accepted_host = [results[i].num_accepted for i in keep]
+            self._advance(batch, num_accepted, accepted_host, next_token, emitted, hidden, config)
         if parked:
             self._settle(batch, parked, config, generator, out)
         self._sync(config)
@@ -300,6 +288,21 @@ class Engine:
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
+
+    def _retire(self, batch: _Batch, results: list[StepRow], gamma: int,
+                out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
+        """Append each row's emitted tokens to `out`. Returns the rows that go on (indices into the batch) and the
+        parked rows' feeds for `_settle`: (index among the kept rows, start position, [stop token, env reply...])."""
+        keep, parked = [], []
+        for i, r in enumerate(results):
+            n = r.num_accepted
+            origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
+            state, stop_at, reply = out.append(batch.rows[i], r.tokens, r.logprobs, r.entropies, origins)
+            if state != "done":
+                keep.append(i)
+            if state == "park":  # cache through the token before the stop; feed [stop, reply...] from there
+                parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [r.tokens[stop_at], *reply]))
+        return keep, parked
 
     def _advance(self, batch: _Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
                  config) -> None:

@@ -38,29 +38,31 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bebop.checkpoint import load_head, load_pretrained
 from bebop.data import Completion, complete, pad, parse_tasks
-from bebop.default import DEFAULT_DIR, shipped_heads
+from bebop.default import DEFAULT_DIR
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.losses import acceptance_alpha
 from bebop.metrics import derive, fit_entropy_law
 from bebop.model import Transformer
 from bebop.mtp import MTPHead, chain_targets
+from bebop.policy import load_policy, resolve_head
 from bebop.rollout import GenerationConfig
 from bebop.runlog import RunWriter
 from bebop.tasks import get as get_task
-from bebop.tokenizer import load_tokenizer
 from bebop.train_mtp import anchor_mask
+from bebop.verify import METHODS
 
 EVAL_SEED = 3_000_017  # held-out prompts, disjoint from pretraining, train-mtp data and pretrain eval
-METHODS = ("to", "rs")
+# A sweep's temperatures are > 0, where "greedy" is not the policy's distribution (it is what both other methods
+# become at T = 0): a sweep compares the rest.
+SWEPT_METHODS = tuple(m for m in METHODS if m != "greedy")
 
 
 @dataclass(frozen=True)
 class EvalMTPConfig:
     heads: tuple[str, ...] = ("ce", "e2e_tv")
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = ("to", "rs")
     temperatures: tuple[float, ...] = (0.1, 0.4, 0.7, 1.0, 1.3)
     tasks: tuple[str, ...] = ("math",)
     gamma: int = 3
@@ -74,9 +76,9 @@ class EvalMTPConfig:
         parse_tasks(self.tasks)
         if not self.heads:
             raise ValueError("heads is empty: name at least one head")
-        bad = [m for m in self.methods if m not in METHODS]
+        bad = [m for m in self.methods if m not in SWEPT_METHODS]
         if bad or not self.methods:
-            raise ValueError(f"unknown methods {bad or self.methods!r}; valid methods: {METHODS}")
+            raise ValueError(f"unknown methods {bad or self.methods!r}; valid methods: {SWEPT_METHODS}")
         if not self.temperatures or any(not (isinstance(t, (int, float)) and 0 < t < math.inf)
                                         for t in self.temperatures):
             raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
@@ -91,17 +93,11 @@ class EvalMTPConfig:
 
 def resolve_heads(specs: Sequence[str], model: Transformer, *, root: Path = DEFAULT_DIR,
                   dtype: torch.dtype | None = None) -> dict[str, MTPHead]:
-    """label -> head for specs that are shipped head names, directories, or label=directory."""
+    """label -> head for specs that are head names under `root`/heads, directories, or label=directory."""
     heads = {}
     for spec in specs:
         label, _, where = spec.partition("=") if "=" in spec else (spec, "", spec)
-        path = Path(where)
-        if not path.is_dir():
-            if where not in shipped_heads(root):
-                raise FileNotFoundError(f"head {spec!r} is neither a directory nor a shipped head "
-                                        f"(shipped: {shipped_heads(root)})")
-            path = root / "heads" / where
-        heads[label if "=" in spec else path.name] = load_head(path, model.config, dtype=dtype)
+        heads[label if "=" in spec else Path(where).name] = resolve_head(where, model, root, dtype=dtype)
     return heads
 
 
@@ -296,8 +292,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(config.threads)
     root = args.policy or DEFAULT_DIR
     dtype = resolve_dtype(config.dtype, "cpu")
-    model, _ = load_pretrained(root, dtype=dtype)
-    tokenizer = load_tokenizer(root)
+    model, tokenizer, _ = load_policy(root, dtype=dtype)
     heads = resolve_heads(config.heads, model, dtype=dtype)  # shipped names are the default's heads
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp") as writer:

@@ -64,10 +64,6 @@ class KVCache:
     def dtype(self) -> torch.dtype:
         return self.k.dtype
 
-    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Views (k, v) of layer i, each [B, Hkv, max_len, D]; writes go into the cache."""
-        return self.k[i], self.v[i]
-
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (a [B'] long tensor of row indices), in that order: finished rows leave the batch."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
@@ -114,10 +110,6 @@ class KVCache:
         if n.shape != self.lengths.shape:
             raise ValueError(f"advance expects n of shape {tuple(self.lengths.shape)}, got {tuple(n.shape)}")
         self.lengths += n.to(self.lengths.device, torch.long)
-
-    def reset(self) -> None:
-        """Empty every row (the buffers are reused; stale entries are overwritten by later writes)."""
-        self.lengths.zero_()
 
     def positions(self, num_new: int) -> torch.Tensor:
         """Absolute positions [B, num_new] of the next `num_new` tokens of each row: lengths[b] + s."""

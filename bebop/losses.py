@@ -2,7 +2,8 @@
 
 The draft (MTP head) q is trained to imitate the target (backbone) p at the aligned position: for
 draft step k at anchor t, p is the backbone's next-token distribution at position t + k. p is
-always detached: only the draft learns. Both sides are taken at the rollout temperature T.
+always detached: only the draft learns. Both sides are taken at the rollout temperature T, through
+`bebop.sampling` (the same scaling the engine samples from).
 
     objective  per (anchor, step)           gradient w.r.t. draft logit z_j (T = 1)
     "ce"       -log q(y)                    q_j - 1[j = y]
@@ -25,8 +26,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
+from bebop.sampling import logprobs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
 
 OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")
@@ -116,29 +117,22 @@ def draft_loss(
     return per_anchor.sum() / mask.sum()
 
 
-def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    scaled = logits.float()  # before the division: T applied to bf16 would round twice
-    if temperature != 1.0:
-        scaled = scaled / temperature
-    return F.log_softmax(scaled, dim=-1)  # [B, T, γ, V]
-
-
 def _ce(draft_logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
-    draft_logp = _log_probs(draft_logits, temperature)  # [B, T, γ, V]
+    draft_logp = logprobs_from_logits(draft_logits, temperature)  # [B, T, γ, V]
     return -draft_logp.gather(-1, labels[..., None]).squeeze(-1).mean(-1)  # [B, T]
 
 
 def _kl(draft_logits: torch.Tensor, target_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    target_logp = _log_probs(target_logits, temperature)  # [B, T, γ, V]
+    target_logp = logprobs_from_logits(target_logits, temperature)  # [B, T, γ, V]
     target_p = target_logp.exp()  # exact zeros stay zero: their terms vanish below
-    draft_logp = _log_probs(draft_logits, temperature)
+    draft_logp = logprobs_from_logits(draft_logits, temperature)
     kl = (target_p * (target_logp.clamp(min=LOG_PROB_FLOOR) - draft_logp)).sum(-1)  # [B, T, γ]
     return kl.mean(-1)
 
 
 def _rkl(draft_logits: torch.Tensor, target_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    target_logp = _log_probs(target_logits, temperature).clamp(min=LOG_PROB_FLOOR)  # [B, T, γ, V]
-    draft_logp = _log_probs(draft_logits, temperature)
+    target_logp = logprobs_from_logits(target_logits, temperature).clamp(min=LOG_PROB_FLOOR)  # [B, T, γ, V]
+    draft_logp = logprobs_from_logits(draft_logits, temperature)
     rkl = (draft_logp.exp() * (draft_logp - target_logp)).sum(-1)  # [B, T, γ]
     return rkl.mean(-1)
 

@@ -37,6 +37,20 @@ from bebop.attention import cached_attend, cached_attention_setup
 from bebop.model import DecoderLayer, ModelConfig, RMSNorm, Transformer, init_weights
 from bebop.prepack import Linear, linear
 
+# What a head shares with its backbone: the token embedding and LM head (vocab_size, hidden_size), the rotary
+# tables (head_dim), and the decoder layer's shape, which `MTPHead(model_config)` takes from the backbone's config.
+FIT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim")
+
+
+def check_head_fits(head_config: ModelConfig, model_config: ModelConfig) -> None:
+    """Raise one ValueError naming every field where a head built for `head_config` differs from the policy's
+    backbone `model_config`; the engine, the RL trainer, the head's own forwards and `load_head` all ask here."""
+    wrong = [f"{name} {getattr(head_config, name)} (head) != {getattr(model_config, name)} (policy)"
+             for name in FIT_FIELDS if getattr(head_config, name) != getattr(model_config, name)]
+    if wrong:
+        raise ValueError("MTP head does not match the policy's backbone: " + "; ".join(wrong))
+
 
 def chain_mask(num_anchors: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Which keys query (step, anchor t) may see, as bool [T, step*T] over the keys of steps 1..step laid
@@ -77,12 +91,6 @@ class MTPHead(nn.Module):
         self.apply(init_weights)
 
     # ----------------------------------------------------------------------------------------------
-    def _check_backbone(self, backbone: Transformer) -> None:
-        got, want = backbone.config, self.config
-        for name in ("hidden_size", "vocab_size", "head_dim", "num_attention_heads", "num_key_value_heads"):
-            if getattr(got, name) != getattr(want, name):
-                raise ValueError(f"backbone {name}={getattr(got, name)} does not match the head's {getattr(want, name)}")
-
     def _input(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """x = fc([norm_e(Emb(tokens)); norm_h(hidden)]), hidden [B, S, d], tokens [B, S] -> [B, S, d]."""
         embedding = F.embedding(tokens, backbone.model.embed_tokens.weight.detach())  # [B, S, d]
@@ -109,7 +117,7 @@ class MTPHead(nn.Module):
         """One head step for S entries per row: entry s of row b sits at position cache.lengths[b] + s and
         pairs hidden[b, s] (backbone hidden, or the head's previous output) with next_tokens[b, s] (the token
         one position later). Returns (logits [B, S, V] or None, out_hidden [B, S, d]); lengths are not moved."""
-        self._check_backbone(backbone)
+        check_head_fits(self.config, backbone.config)
         if hidden.dim() != 3 or next_tokens.shape != hidden.shape[:2]:
             raise ValueError(f"hidden must be [B, S, d] and next_tokens [B, S]; got {tuple(hidden.shape)} "
                              f"and {tuple(next_tokens.shape)}")
@@ -124,7 +132,7 @@ class MTPHead(nn.Module):
     def chain_hidden(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor,
                      depth: int) -> torch.Tensor:
         """Teacher-forced outputs h_k for every anchor and step: [B, T, depth, d]; see `chain`."""
-        self._check_backbone(backbone)
+        check_head_fits(self.config, backbone.config)
         if hidden.dim() != 3 or tokens.shape != hidden.shape[:2]:
             raise ValueError(f"hidden must be [B, T, d] and tokens [B, T]; got {tuple(hidden.shape)} "
                              f"and {tuple(tokens.shape)}")

@@ -4,8 +4,8 @@ A bf16 `F.linear` on CPU hands oneDNN a row-major weight, which it re-lays-out i
 call; at decoding sizes (1 to a few hundred rows against a few-MB model) that copy is a large share of the
 matmul. Inside `prepacked(model, head)` (the engine's `generate()`), every bebop `Linear` of the modules
 multiplies by a weight packed ahead of time instead (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
-freezing pass does): the same oneDNN kernel, the same results. Measured on this repo's 2-core CPU with the
-17 linears of the tiny policy: 1.06 -> 0.83 ms at 32 rows, 0.69 -> 0.48 ms at 1 row.
+freezing pass does): the same oneDNN kernel, the same results, without the copy (the tiny policy's linears and
+whole decoding steps measured faster: README, Benchmarks).
 
 A packing is reused while the weight's version counter and storage say it is unchanged, so a policy updated in
 place (an optimiser step, `copy_`, `load_state_dict`) is repacked at the next `prepacked` block, and only then

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-METHODS = ("rs", "to", "greedy")
+from bebop.verify import METHODS
 
 # Where each token of a completion came from. "plain": sampled straight from the target (plain decoding, and the
 # first token after a prompt or an environment reply); "accepted" / "recovered" / "bonus": the outcomes of a
@@ -47,10 +47,6 @@ class GenerationConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
-
-    @classmethod
-    def tiny(cls) -> "GenerationConfig":
-        return cls(max_new_tokens=16, gamma=2, seed=0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

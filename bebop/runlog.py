@@ -13,6 +13,9 @@ line without its newline (a writer mid-write, or one that crashed) is simply not
 
 Counters are logged, rates are derived when read (pooled over any window: `bebop.metrics.derive`), so
 `load_run` adds `spec/accept_length` etc. to every train row that carries speculative counters.
+
+pandas is imported only where a DataFrame is built (`Run.refresh`): every job imports `RunWriter` from
+here, and a trainer should not pay for (or depend on) the readers' table library.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from bebop.runwriter import KINDS, STATES, RunWriter, read_json, to_jsonable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["KINDS", "STATES", "Run", "RunInfo", "RunWriter", "StreamTail", "list_runs", "load_run", "run_state",
            "to_jsonable"]
@@ -119,6 +123,8 @@ class Run:
 
     def refresh(self) -> dict[str, int]:
         """Re-read meta/status and the new lines of every stream; returns new rows per stream."""
+        import pandas as pd  # lazy: writers import this module (see the module docstring)
+
         self.meta = read_json(self.path / "meta.json")
         status_path = self.path / "status.json"
         self.status = read_json(status_path) if status_path.exists() else {}

@@ -1,11 +1,14 @@
 """From logits to the distribution we sample from, and sampling from it.
 
 Speculative decoding is lossless only for the distribution it is verified against, so the target p and
-the draft q must go through *the same* processing (PAPER §2): temperature, then top-k, then top-p.
-Every caller (engine, losses, notebooks) goes through `process_logits` / `probs_from_logits`, so there is
-one definition of "the policy's distribution" in the code base.
+the draft q must go through *the same* processing (PAPER §2): temperature, then top-k, then top-p. That
+processing is one function, `scaled_logits`; the engine's p and q (`probs_from_logits`), the draft losses
+and the GRPO log-probs (`logprobs_from_logits`) and the tiled TV overlap (`scaled_logits` on each vocabulary
+tile, temperature only: top-k and top-p need the whole row) all call it, so there is one definition of "the
+policy's distribution" in the code base.
 
-- temperature T > 0 divides the logits; T = 0 means greedy: a one-hot at the argmax (ties go to the lowest
+- temperature T > 0 divides the logits, upcast to float32 first (x / T: seeded rollouts and training runs
+  depend on exactly this arithmetic); T = 0 means greedy: a one-hot at the argmax (ties go to the lowest
   index, which is what `torch.argmax` returns).
 - top-k keeps the tokens whose scaled logit is >= the k-th largest (ties at the k-th value are all kept, as
   in HF's and vLLM's warpers).
@@ -26,7 +29,7 @@ import torch
 
 def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise ValueError(f"logits must be a floating-point tensor, got {_describe(logits)}")
+        raise ValueError(f"logits must be a floating-point tensor, got {describe(logits)}")
     if logits.ndim < 1 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have shape [..., V] with V >= 1, got {tuple(logits.shape)}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
@@ -39,16 +42,21 @@ def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | Non
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
-def _describe(x: object) -> str:
+def describe(x: object) -> str:
+    """What a caller passed instead of a tensor of the right kind, for error messages."""
     return f"tensor of dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
-def _filtered_logits(
-    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
+def scaled_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
-    """[..., V] -> [..., V] float32 scaled logits with the filtered-out tokens at -inf."""
+    """[..., V] logits -> [..., V] float32 scaled logits, the tokens outside top-k / top-p at -inf.
+
+    Softmax of it is the policy's distribution. A new tensor whenever it scales or masks; at T = 1 with no
+    filter on float32 logits it is `logits` itself, so never modify it in place.
+    """
     _check_processing(logits, temperature, top_k, top_p)
-    scores = logits.float()  # [..., V]
+    scores = logits.float()  # [..., V] before the division: T applied to bf16 would round twice
     if temperature == 0:
         best = scores.argmax(-1, keepdim=True)  # [..., 1]
         return torch.full_like(scores, float("-inf")).scatter_(-1, best, 0.0)
@@ -67,11 +75,11 @@ def _filtered_logits(
     return scores
 
 
-def process_logits(
+def logprobs_from_logits(
     logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 log-probabilities after temperature, top-k, top-p (-inf = masked)."""
-    return _filtered_logits(logits, temperature, top_k, top_p).log_softmax(-1)
+    return scaled_logits(logits, temperature, top_k, top_p).log_softmax(-1)
 
 
 def probs_from_logits(
@@ -81,7 +89,7 @@ def probs_from_logits(
 
     Apply it with the same arguments to the target and the draft logits (PAPER §2).
     """
-    return _filtered_logits(logits, temperature, top_k, top_p).softmax(-1)
+    return scaled_logits(logits, temperature, top_k, top_p).softmax(-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,
@@ -93,7 +101,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,
     (compiled code takes its random numbers as inputs); otherwise it comes from `generator`.
     """
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-        raise ValueError(f"probs must be a floating-point tensor, got {_describe(probs)}")
+        raise ValueError(f"probs must be a floating-point tensor, got {describe(probs)}")
     if probs.ndim < 1 or probs.shape[-1] == 0:
         raise ValueError(f"probs must have shape [..., V] with V >= 1, got {tuple(probs.shape)}")
     lead, vocab = probs.shape[:-1], probs.shape[-1]

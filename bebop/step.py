@@ -1,16 +1,27 @@
 """The device work of one engine step, as three functions of tensors: `draft`, `verify_rows`, `catch_up`.
 
 `bebop.engine` runs them eagerly, or each as one `torch.compile` graph (`Engine(compile=True)`). They take their
-randomness as input, uniforms drawn by the engine from its explicit generator, so a graph holds the sampling,
-the verification and the per-token statistics too, not only the forwards: what is left between graphs is the
-engine's one host sync per step and its Python bookkeeping. Each mutates only the caches it is given (K/V
+randomness as input, uniforms drawn by `draw_uniforms` from the engine's explicit generator, so a graph holds the
+sampling, the verification and the per-token statistics too, not only the forwards: what is left between graphs is
+the engine's one host sync per step and its Python bookkeeping. Each mutates only the caches it is given (K/V
 slots, `lengths`); none syncs with the host.
 
-Uniforms per row and step, [B, n] float64 in [0, 1): for "rs" the first γ draw the drafts; the last γ + 1
-decide acceptance and draw the next token (plain decoding: just that one).
+This module owns the two layouts it shares with the engine, each written and read side by side here:
+
+  uniforms    [B, n] float64 in [0, 1), one column per sampling decision in the order the decisions are made
+              (`draw_uniforms`; read by `draft_uniforms` and `verify_uniforms`):
+                  "rs"      [γ drafts | γ acceptance tests | 1 next token]      n = 2γ + 1
+                  "to"      [γ acceptance tests | 1 next token]                 n = γ + 1
+                  "greedy"  zeros [γ + 1]: prefix matching draws nothing
+                  plain     [1 next token] (γ = 0, any method)                  n = 1
+  host table  [B, 3γ+4] float64, the one table the engine copies to the host per step (`pack_host_table`;
+              read back one row at a time by `unpack_host_row`):
+                  [num_accepted | emitted tokens (γ+1) | their log-probs (γ+1) | target entropies (γ+1)]
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -22,11 +33,60 @@ from bebop.verify import verify
 Sampling = tuple[float, int | None, float | None]  # (temperature, top_k, top_p), as in bebop.sampling
 
 
+def draw_uniforms(rows: int, gamma: int, method: str, generator: torch.Generator,
+                  device: torch.device) -> torch.Tensor:
+    """[B, n] float64, a step's random numbers in the layout of the module docstring: one draw call per decision
+    group, in the order the decisions are made (each "rs" draft, the acceptance tests, the next token), i.e. what
+    sampling from the generator at each decision consumes, so a seeded run is the same eagerly and compiled."""
+    if gamma > 0 and method == "greedy":  # prefix matching draws nothing
+        return torch.zeros(rows, gamma + 1, dtype=torch.float64, device=device)
+    draws = [1] * gamma if method == "rs" else []
+    draws += [gamma, 1] if gamma > 0 else [1]
+    return torch.cat([torch.rand(rows, n, dtype=torch.float64, device=device, generator=generator)
+                      for n in draws], 1)
+
+
+def draft_uniforms(uniforms: torch.Tensor, gamma: int) -> torch.Tensor:
+    """The "rs" drafts' uniforms [B, γ] (column k draws draft k); meaningless for any other method."""
+    return uniforms[:, :gamma]
+
+
+def verify_uniforms(uniforms: torch.Tensor, gamma: int) -> torch.Tensor:
+    """The verification's uniforms [B, γ+1]: the γ acceptance tests, then the next token (the last columns)."""
+    return uniforms[:, uniforms.shape[1] - gamma - 1:]
+
+
+def pack_host_table(num_accepted: torch.Tensor, emitted: torch.Tensor, logprobs: torch.Tensor,
+                    entropies: torch.Tensor) -> torch.Tensor:
+    """The host table [B, 3γ+4] float64 from num_accepted [B], emitted [B, γ+1], their log-probs [B, γ+1] and the
+    target entropies [B, γ+1]. float64 holds every token id exactly, so one table (one copy) carries them all."""
+    return torch.cat([num_accepted[:, None].double(), emitted.double(), logprobs.double(), entropies.double()], 1)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One row of the host table, cut to what the row emitted: its num_accepted + 1 tokens."""
+
+    num_accepted: int
+    tokens: list[int]  # accepted drafts, then the recovered or bonus token
+    logprobs: list[float]  # log p(token) under the processed target distribution
+    entropies: list[float]  # H(p) in nats at each emitted position
+    verified_entropies: list[float]  # H(p_1..p_γ) at the γ verified positions, emitted or not (SpecCounters)
+
+
+def unpack_host_row(row: list[float], gamma: int) -> StepRow:
+    """The inverse of `pack_host_table` for one row (a list from the table's `.tolist()`)."""
+    n, width = int(row[0]), gamma + 1
+    emitted, logprobs, entropies = (row[1 + i * width : 1 + (i + 1) * width] for i in range(3))  # γ+1 each
+    return StepRow(n, [int(t) for t in emitted[: n + 1]], logprobs[: n + 1], entropies[: n + 1], entropies[:gamma])
+
+
 def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache, uniforms: torch.Tensor, *,
           kv_len: int, gamma: int, method: str, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
     """gamma draft tokens [B, γ] from the head's step-1 logits [B, V] and hidden [B, 1, d], and for "rs" their
     draft distributions [B, γ, V]. Steps 2..γ run the head on its own output; `cache.lengths` ends where it began."""
     tokens, probs = [], []
+    uniforms = draft_uniforms(uniforms, gamma)  # [B, γ]
     for k in range(gamma):
         draft_probs = probs_from_logits(logits, *sampling)  # [B, V]
         token = sample(draft_probs, uniform=uniforms[:, k]) if method == "rs" else draft_probs.argmax(-1)  # [B]
@@ -45,12 +105,11 @@ def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_
                 cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling):
     """One target forward over [pending [B], drafts [B, γ]], then verification (or, at γ = 0, a plain draw).
 
-    Returns (host [B, 3γ+3] float64: num_accepted, then emitted tokens, their log-probs and target entropies at
-    the γ+1 positions, the one table the engine copies to the host; num_accepted [B]; next_token [B]; emitted
+    Returns (host [B, 3γ+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
     [B, γ+1] (accepted drafts, then next_token repeated); hidden [B, γ+1, d]). The cache gets the γ+1 K/V entries
     but keeps its lengths."""
     batch, gamma = draft_tokens.shape
-    uniforms = uniforms[:, uniforms.shape[1] - gamma - 1:]  # [B, γ+1] the verification's
+    uniforms = verify_uniforms(uniforms, gamma)  # [B, γ+1]
     tokens = torch.cat([pending[:, None], draft_tokens], 1)  # [B, γ+1]
     logits, hidden = model.forward(tokens, cache, kv_len=kv_len)  # [B, γ+1, V], [B, γ+1, d]
     target_probs = probs_from_logits(logits, *sampling)  # [B, γ+1, V]
@@ -65,8 +124,7 @@ def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_
     emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
     logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
     ent = entropy(target_probs)  # [B, γ+1]
-    host = torch.cat([num_accepted[:, None].double(), emitted.double(), logp.double(), ent.double()], 1)
-    return host, num_accepted, next_token, emitted, hidden
+    return pack_host_table(num_accepted, emitted, logp, ent), num_accepted, next_token, emitted, hidden
 
 
 def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accepted: torch.Tensor,

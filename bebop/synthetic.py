@@ -26,12 +26,11 @@ from pathlib import Path
 
 import torch
 
+from bebop.losses import OBJECTIVES
 from bebop.metrics import ENTROPY_BIN_EDGES, SpecCounters
+from bebop.rl.config import MODES, MTP_STRATEGIES, ROLLOUTS
 from bebop.runlog import RunWriter
 
-ROLLOUTS = ("none", "to", "rs")
-OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")
-STRATEGIES = ("frozen", "online-tv", "online-ce")
 _WORDS = [" Let", " x", " =", " 3", " +", " 4", " so", " the", " answer", " is", " 7", ".", " We", " add",
           " both", " sides", " then", " 12", " -", " 5", " check", ":", " true", " step", "\n"]
 
@@ -42,7 +41,7 @@ class SyntheticConfig:
 
     name: str = "synthetic"
     task: str = "math"
-    rollout: str = "rs"  # "none" | "to" | "rs"
+    rollout: str = "rs"
     mtp_objective: str | None = "e2e_tv"
     mtp_strategy: str | None = "frozen"
     gamma: int = 3
@@ -60,10 +59,10 @@ class SyntheticConfig:
             raise ValueError(f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}")
         if self.rollout != "none" and self.mtp_objective not in OBJECTIVES:
             raise ValueError(f"mtp_objective must be one of {OBJECTIVES} for rollout {self.rollout!r}")
-        if self.rollout != "none" and self.mtp_strategy not in STRATEGIES:
-            raise ValueError(f"mtp_strategy must be one of {STRATEGIES} for rollout {self.rollout!r}")
-        if self.mode not in ("sync", "async"):
-            raise ValueError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        if self.rollout != "none" and self.mtp_strategy not in MTP_STRATEGIES:
+            raise ValueError(f"mtp_strategy must be one of {MTP_STRATEGIES} for rollout {self.rollout!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         for field_name in ("gamma", "steps", "drafts_per_step", "sample_tokens"):
             if getattr(self, field_name) < 1:
                 raise ValueError(f"{field_name} must be >= 1, got {getattr(self, field_name)}")

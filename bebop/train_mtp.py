@@ -46,7 +46,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bebop.checkpoint import load_head, load_pretrained, save_head
+from bebop import policy
+from bebop.checkpoint import load_head, save_head
 from bebop.data import complete, pad, parse_tasks
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
@@ -56,7 +57,6 @@ from bebop.mtp import MTPHead, chain_targets
 from bebop.rollout import GenerationConfig
 from bebop.runlog import RunWriter
 from bebop.tasks import get as get_task
-from bebop.tokenizer import load_tokenizer
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
 EVAL_GAMMA = 3
@@ -330,12 +330,10 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
 
 
 def load_policy(path: Path | None):
-    """(model, tokenizer) from a checkpoint dir, or the shipped default when path is None."""
-    if path is None:
-        from bebop.default import DEFAULT_DIR
-        path = DEFAULT_DIR
-    model, _ = load_pretrained(path, dtype=torch.float32)
-    return model, load_tokenizer(path)
+    """(model, tokenizer) from a checkpoint dir, or the shipped default when path is None, in float32 (the
+    compute dtype is `TrainMTPConfig.autocast`'s)."""
+    model, tokenizer, _ = policy.load_policy(path, dtype=torch.float32)
+    return model, tokenizer
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,8 +18,10 @@ no derivative; we take the 1[q ≤ p] branch. When q = p on the whole row this g
 the same as autograd through 0.5·Σ|p - q|.
 
 Only the inputs (references, no copies) and four [N] statistics are saved for backward; working
-memory is a few [rows, tile] float32 blocks. Arithmetic is float32 whatever the input dtype
-(bf16 logits are upcast one block at a time); the gradient is returned in the input's dtype.
+memory is a few [rows, tile] float32 blocks. Each tile is scaled by `bebop.sampling.scaled_logits`, the
+engine's own temperature scaling, so p and q are the distributions rollouts sample from. Arithmetic is
+float32 whatever the input dtype (bf16 logits are upcast one block at a time); the gradient is returned in
+the input's dtype.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import math
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from bebop.sampling import scaled_logits
 
 # Rows per block are chosen so one float32 [rows, tile] block stays near 16 MB: small enough that a
 # few live blocks are negligible next to the logits, large enough that per-block overhead is noise.
@@ -38,30 +42,23 @@ def _block_rows(tile: int, row_block: int | None) -> int:
     return row_block if row_block is not None else max(1, BLOCK_ELEMENTS // tile)
 
 
-def _scaled_block(logits: torch.Tensor, cols: slice, inv_temperature: float) -> torch.Tensor:
-    """logits[:, cols] / T as a fresh float32 block (safe to modify in place)."""
-    block = logits[:, cols].to(torch.float32, copy=True)  # [R, t]
-    if inv_temperature != 1.0:
-        block.mul_(inv_temperature)
-    return block
-
-
-def _probs_block(logits: torch.Tensor, cols: slice, lse: torch.Tensor, inv_temperature: float) -> torch.Tensor:
+def _probs_block(logits: torch.Tensor, cols: slice, lse: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T)[:, cols] recomputed from the row's logsumexp."""
-    return _scaled_block(logits, cols, inv_temperature).sub_(lse[:, None]).exp_()  # [R, t]
+    # Out of place: at T = 1 a float32 block is a view of the logits, which must not change.
+    return (scaled_logits(logits[:, cols], temperature) - lse[:, None]).exp_()  # [R, t]
 
 
-def _logsumexp(logits: torch.Tensor, inv_temperature: float, tile: int) -> torch.Tensor:
+def _logsumexp(logits: torch.Tensor, temperature: float, tile: int) -> torch.Tensor:
     """Online logsumexp over the last dim of logits / T, one vocabulary tile at a time."""
     rows, vocab = logits.shape
     running_max = torch.full((rows,), -math.inf, dtype=torch.float32, device=logits.device)
     running_sum = torch.zeros(rows, dtype=torch.float32, device=logits.device)
     for start in range(0, vocab, tile):
-        block = _scaled_block(logits, slice(start, start + tile), inv_temperature)  # [R, t]
+        block = scaled_logits(logits[:, start:start + tile], temperature)  # [R, t] may view the logits
         new_max = torch.maximum(running_max, block.amax(dim=-1))
         # A row that is -inf so far must not produce exp(-inf - (-inf)) = nan.
         shift = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-        running_sum = running_sum * torch.exp(running_max - shift) + block.sub_(shift[:, None]).exp_().sum(-1)
+        running_sum = running_sum * torch.exp(running_max - shift) + (block - shift[:, None]).exp_().sum(-1)
         running_max = new_max
     return running_max + torch.log(running_sum)  # [R]
 
@@ -71,7 +68,7 @@ def _overlap_and_below(
     target: torch.Tensor,
     draft_lse: torch.Tensor,
     target_lse: torch.Tensor,
-    inv_temperature: float,
+    temperature: float,
     tile: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass 2: Σ min(p, q) and S = Σ q·1[q ≤ p] per row."""
@@ -80,8 +77,8 @@ def _overlap_and_below(
     below = torch.zeros_like(overlap)
     for start in range(0, vocab, tile):
         cols = slice(start, start + tile)
-        q = _probs_block(draft, cols, draft_lse, inv_temperature)  # [R, t]
-        p = _probs_block(target, cols, target_lse, inv_temperature)  # [R, t]
+        q = _probs_block(draft, cols, draft_lse, temperature)  # [R, t]
+        p = _probs_block(target, cols, target_lse, temperature)  # [R, t]
         overlap += torch.minimum(p, q).sum(-1)
         below += q.masked_fill_(q > p, 0.0).sum(-1)
     return overlap, below
@@ -92,19 +89,18 @@ class TVOverlap(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, draft_logits, target_logits, temperature: float, tile: int, row_block: int):
-        inv_t = 1.0 / temperature
         overlap = torch.empty(draft_logits.shape[0], dtype=torch.float32, device=draft_logits.device)
         draft_lse, target_lse, below = torch.empty_like(overlap), torch.empty_like(overlap), torch.empty_like(overlap)
         for r0 in range(0, draft_logits.shape[0], row_block):
             rows = slice(r0, r0 + row_block)
             draft, target = draft_logits[rows], target_logits[rows]  # [R, V]
-            draft_lse[rows] = _logsumexp(draft, inv_t, tile)
-            target_lse[rows] = _logsumexp(target, inv_t, tile)
+            draft_lse[rows] = _logsumexp(draft, temperature, tile)
+            target_lse[rows] = _logsumexp(target, temperature, tile)
             overlap[rows], below[rows] = _overlap_and_below(
-                draft, target, draft_lse[rows], target_lse[rows], inv_t, tile
+                draft, target, draft_lse[rows], target_lse[rows], temperature, tile
             )
         ctx.save_for_backward(draft_logits, target_logits, draft_lse, target_lse, below)
-        ctx.inv_temperature, ctx.tile, ctx.row_block = inv_t, tile, row_block
+        ctx.temperature, ctx.tile, ctx.row_block = temperature, tile, row_block
         return overlap  # [N]
 
     @staticmethod
@@ -113,16 +109,16 @@ class TVOverlap(torch.autograd.Function):
         draft_logits, target_logits, draft_lse, target_lse, below = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
-        inv_t, tile, row_block = ctx.inv_temperature, ctx.tile, ctx.row_block
+        temperature, tile, row_block = ctx.temperature, ctx.tile, ctx.row_block
         grad = torch.empty_like(draft_logits, memory_format=torch.contiguous_format)  # [N, V]
-        scale = grad_overlap.to(torch.float32) * inv_t  # [N]
+        scale = grad_overlap.to(torch.float32) * (1.0 / temperature)  # [N] ∂(z/T)/∂z
         vocab = draft_logits.shape[1]
         for r0 in range(0, draft_logits.shape[0], row_block):
             rows = slice(r0, r0 + row_block)
             for start in range(0, vocab, tile):
                 cols = slice(start, start + tile)
-                q = _probs_block(draft_logits[rows], cols, draft_lse[rows], inv_t)  # [R, t]
-                p = _probs_block(target_logits[rows], cols, target_lse[rows], inv_t)  # [R, t]
+                q = _probs_block(draft_logits[rows], cols, draft_lse[rows], temperature)  # [R, t]
+                p = _probs_block(target_logits[rows], cols, target_lse[rows], temperature)  # [R, t]
                 weight = (q <= p).to(torch.float32).sub_(below[rows, None])  # 1[q ≤ p] - S
                 grad[rows, cols] = weight.mul_(q).mul_(scale[rows, None])
         return grad, None, None, None, None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bebop.sampling import sample
+from bebop.sampling import describe, sample
 
 METHODS = ("rs", "to", "greedy")
 SUM_TOLERANCE = 1e-3  # max |Σ_v p(v) - 1| accepted by validation
@@ -176,7 +176,7 @@ def _check(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dtype not in _INTEGER_DTYPES:
-        raise ValueError(f"draft_tokens must be an integer tensor [B, γ], got {_describe(draft_tokens)}")
+        raise ValueError(f"draft_tokens must be an integer tensor [B, γ], got {describe(draft_tokens)}")
     if draft_tokens.ndim != 2:
         raise ValueError(f"draft_tokens must have shape [B, γ], got {tuple(draft_tokens.shape)}")
     batch, gamma = draft_tokens.shape
@@ -197,7 +197,7 @@ def _check(
 def _check_probs(name: str, probs: torch.Tensor, shape: tuple[int, int, int | None], device: torch.device) -> None:
     """`shape` is the expected [B, positions, V]; V = None accepts any vocabulary size >= 1."""
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got {_describe(probs)}")
+        raise ValueError(f"{name} must be a floating-point tensor, got {describe(probs)}")
     mismatch = any(want is not None and got != want for got, want in zip(probs.shape, shape))
     if probs.ndim != 3 or probs.shape[-1] == 0 or mismatch:
         want = ", ".join("V" if size is None else str(size) for size in shape)
@@ -215,7 +215,3 @@ def _check_values(draft_tokens: torch.Tensor, vocab: int, probs: dict[str, torch
         error = float((tensor.sum(-1, dtype=torch.float64) - 1).abs().max()) if tensor.numel() else 0.0
         if error > SUM_TOLERANCE:
             raise ValueError(f"{name} rows must sum to 1 within {SUM_TOLERANCE}, worst row is off by {error:.3g}")
-
-
-def _describe(x: object) -> str:
-    return f"tensor of dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__

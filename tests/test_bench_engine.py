@@ -2,7 +2,8 @@
 
 Speeds are not asserted (they belong to the benchmark's output, not to a test); what is asserted is that every
 record the issue names is there with sane values, and that the self-draft head's RS acceptance is ~1 and TO's
-is well below it, which would fail if the bench measured a different head or method than it says.
+is well below it, which would fail if the bench measured a different head or method than it says (with a
+false-failure rate of about 1e-4, measured: see the test).
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ def test_speculative_records_carry_acceptance_speedup_and_theory(records):
             assert math.isfinite(r[key]) and r[key] > 0, (key, r)
         plain = next(p for p in records if p["engine"] == "bebop" and p["mode"] == "plain" and p["batch"] == r["batch"])
         assert r["speedup"] == pytest.approx(per_round_median(plain, r))
-    for r in spec:  # q = p exactly: RS accepts every draft, TO only when p's sample would be argmax q
-        if r["mode"] == "rs":
-            assert r["acceptance_rate"] > 0.97, r
-        else:
-            assert r["acceptance_rate"] < 0.8, r
+    # q = p exactly: RS accepts every draft (up to rounding), TO only when p's sample is argmax q, max p on average
+    # (0.25 here). One row's TO acceptance is heavy-tailed, not a mean with a standard error: a row can wander into
+    # tokens whose max p is up to 0.97. Over 1500 draws of prompts and seed, a record reads >= 0.8 in 3.3% of them at
+    # batch 1 and 0.2% at batch 2, both records in ~1e-4; RS read exactly 1.0 in all 300 tried. So TO is asserted
+    # on the lower of its two records (measured 0.22; 0.6 at batch 1): a bench that ran RS under TO's name fails.
+    assert all(r["acceptance_rate"] > 0.97 for r in spec if r["mode"] == "rs"), spec
+    assert min(r["acceptance_rate"] for r in spec if r["mode"] == "to") < 0.8, spec
 
 
 def test_compiled_engine_rows_stand_beside_the_eager_ones(tmp_path, monkeypatch):

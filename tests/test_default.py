@@ -19,6 +19,7 @@ from bebop.mtp import MTPHead
 from bebop.rollout import GenerationConfig
 from bebop.tasks import get as get_task
 from bebop.tokenizer import CharTokenizer
+from claim_stats import K, jackknife_se
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +61,9 @@ def test_assets_are_small():
     assert total < 20 * 2**20, f"assets are {total / 2**20:.1f} MiB"
 
 
-def test_default_policy_solves_tasks_with_real_entropy(default):
-    """The policy solves a share of held-out prompts (far from all: RL has room) and its reasoning carries
-    entropy at T=1. Measured when shipped (64 prompts per task, T=1): math 6%, code 9%, agent 39%; at T=0.5
-    math 20%; mean entropy 0.12-0.30 nats per token."""
+@pytest.fixture(scope="module")
+def answers(default):
+    """Rewards per task and the per-token entropies of each completion, at T=1 on held-out prompts."""
     engine = Engine(default.model)
     rewards, entropies = {}, []
     for name, n in (("math", 24), ("code", 12), ("agent", 24)):  # code is verified in sandboxes: fewer
@@ -72,11 +72,33 @@ def test_default_policy_solves_tasks_with_real_entropy(default):
         gen = GenerationConfig(max_new_tokens=200, temperature=1.0, gamma=0, seed=0)
         completions, _ = complete(engine, default.tokenizer, task, examples, gen)
         rewards[name] = task.rewards(examples, [default.tokenizer.decode(c.tokens) for c in completions])
-        entropies += [h for c in completions for h in c.entropy]
+        entropies += [c.entropy for c in completions]
+    return rewards, entropies
+
+
+def test_default_policy_solves_tasks_with_real_entropy(answers):
+    """The policy solves some held-out prompts but not all (RL has room), and its reasoning carries entropy at T=1.
+
+    "Some but not all" of 60 prompts fails by chance with probability (1-p)^60 or p^60: under 1e-3 for any solve
+    rate p in 11-89% (measured 25%, 22% in fp32). The mean entropy per token (0.215, SE 0.016 over completions;
+    0.220 in fp32) must lie within K standard errors of (0.05, 1.0) nats."""
+    rewards, entropies = answers
+    pooled = [r for rs in rewards.values() for r in rs]
+    assert 0 < sum(pooled) < len(pooled), {k: sum(v) / len(v) for k, v in rewards.items()}
+    total, count = sum(sum(e) for e in entropies), sum(len(e) for e in entropies)
+    se = jackknife_se(lambda i: (total - sum(entropies[i])) / (count - len(entropies[i])), len(entropies))
+    assert 0.05 - K * se < total / count < 1.0 + K * se, (total / count, se)
+
+
+@pytest.mark.xfail(strict=False, reason="documented claim, not resolvable on 24/12/24 prompts at a 1e-3 false-failure "
+                   "rate (binomial SE of the agent rate 0.10, of the pooled one 0.055): measured when shipped on 64 "
+                   "prompts per task, math 6%, code 9%, agent 39%; here (math/code/agent of 24/12/24) 2/1/12 solved "
+                   "in bf16, 2/1/10 in fp32, pooled 25% / 22%")
+def test_default_policy_solve_rates(answers):
+    rewards, _ = answers
     pooled = [r for rs in rewards.values() for r in rs]
     assert 0.08 <= sum(pooled) / len(pooled) <= 0.8, {k: sum(v) / len(v) for k, v in rewards.items()}
     assert sum(rewards["agent"]) / len(rewards["agent"]) >= 0.2
-    assert 0.05 < sum(entropies) / len(entropies) < 1.0
 
 
 def test_missing_checkpoint_and_heads_are_clear_errors(tmp_path):

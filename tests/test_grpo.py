@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from bebop.sampling import logprobs_from_logits, scaled_logits
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -29,6 +30,20 @@ def test_token_logprobs_match_log_softmax_with_temperature():
     got = token_logprobs(logits, tokens, temperature=0.5)
     want = torch.log_softmax(logits / 0.5, -1).gather(-1, tokens[..., None])[..., 0]
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_token_logprobs_are_the_sampling_functions_bit_for_bit(temperature):
+    """The ratio's numerator comes from bebop.sampling (the engine's distribution), with the arithmetic RL runs
+    were trained with: log_softmax(logits.float() / T). Top-k filtered tokens come in as -inf logits."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, 5, 13, generator=g).bfloat16()
+    filtered = torch.where(torch.isfinite(scaled_logits(logits, 1.0, top_k=4)), logits.float(), -torch.inf)
+    tokens = logits.argmax(-1)  # [2, 5] inside the top-k
+    want = logprobs_from_logits(logits, temperature, top_k=4).gather(-1, tokens[..., None])[..., 0]
+    assert torch.equal(token_logprobs(filtered, tokens, temperature), want)
+    before = torch.log_softmax(logits.float() / temperature, -1).gather(-1, tokens[..., None])[..., 0]
+    assert torch.equal(token_logprobs(logits, tokens, temperature), before)
 
 
 def test_loss_at_ratio_one_is_minus_token_mean_advantage_and_gradient_matches():

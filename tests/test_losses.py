@@ -18,6 +18,7 @@ from bebop.losses import (
     expected_accepted,
     tv_distance,
 )
+from bebop.sampling import logprobs_from_logits, scaled_logits
 from bebop.tv_tiled import tv_overlap_tiled
 
 
@@ -79,6 +80,29 @@ def test_loss_values_match_definitions():
     for objective, value in expect.items():
         got = draft_loss(draft, target, objective=objective, labels=labels)
         torch.testing.assert_close(got, value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_losses_see_the_distributions_the_engine_samples(temperature):
+    """Every loss takes q and p from bebop.sampling, the engine's function, at any T and after top-k (the target's
+    filtered tokens come in as -inf logits: top-k keeps the same tokens at every T)."""
+    draft, target = _pair((2, 3, 2, 29), seed=5)
+    filtered = torch.where(torch.isfinite(scaled_logits(target, 1.0, top_k=6)), target, -torch.inf)  # [2, 3, 2, 29]
+    logq = logprobs_from_logits(draft, temperature)  # [2, 3, 2, 29]
+    logp = logprobs_from_logits(target, temperature, top_k=6)  # [2, 3, 2, 29]
+    q, p = logq.exp(), logp.exp()
+    labels = torch.randint(0, 29, (2, 3, 2), generator=torch.Generator().manual_seed(1))
+    expect = {
+        "ce": -logq.gather(-1, labels[..., None]).mean(),
+        "kl": (p * (logp.clamp(min=LOG_PROB_FLOOR) - logq)).sum(-1).mean(),
+        "rkl": (q * (logq - logp.clamp(min=LOG_PROB_FLOOR))).sum(-1).mean(),
+        "tv": tv_distance(p, q).mean(),
+    }
+    for objective, value in expect.items():
+        got = draft_loss(draft, filtered, objective=objective, labels=labels, temperature=temperature)
+        torch.testing.assert_close(got, value, rtol=1e-6, atol=2e-7)
+    alpha = acceptance_alpha(draft, filtered, temperature)  # [2, 3, 2]
+    torch.testing.assert_close(alpha, 1 - tv_distance(p, q), rtol=0, atol=2e-6)
 
 
 # ---------------------------------------------------------------- e2e TV and expected accepted
@@ -204,6 +228,15 @@ def test_tiled_handles_exact_zeros_in_target():
     assert torch.isfinite(tiled).all() and torch.isfinite(tiled_in.grad).all()
     torch.testing.assert_close(tiled, plain, rtol=0, atol=2e-6)
     torch.testing.assert_close(tiled_in.grad, plain_in.grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_tiled_leaves_its_inputs_unchanged(temperature):
+    # At T = 1 a float32 tile of scaled logits is a view of the input: the kernel must never write into it.
+    draft, target = _pair((3, 40), seed=6)
+    tiled_in, target_in = draft.clone().requires_grad_(True), target.clone()
+    tv_overlap_tiled(tiled_in, target_in, temperature, 8).sum().backward()
+    assert torch.equal(tiled_in.detach(), draft) and torch.equal(target_in, target)
 
 
 def test_tiled_bf16_inputs_compute_in_float32():

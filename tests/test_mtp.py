@@ -8,7 +8,8 @@ import torch
 from bebop.checkpoint import load_head, save_head
 from bebop.losses import draft_loss
 from bebop.model import ModelConfig, Transformer, load_pretrained, save_pretrained
-from bebop.mtp import MTPHead, chain_mask, chain_targets
+from bebop.engine import Engine
+from bebop.mtp import MTPHead, chain_mask, chain_targets, check_head_fits
 
 VOCAB, DEPTH = 53, 4
 ATOL = 1e-4
@@ -166,6 +167,25 @@ def test_bad_inputs(pair):
 
 
 @torch.no_grad()
+def test_one_fit_check_names_every_field_that_differs(pair, tmp_path):
+    model, head = pair
+    check_head_fits(head.config, model.config)  # a head built for this backbone fits
+    other = ModelConfig.tiny(vocab_size=VOCAB, num_hidden_layers=2, hidden_size=128, intermediate_size=100)
+    with pytest.raises(ValueError) as error:
+        check_head_fits(other, model.config)
+    assert str(error.value) == (f"MTP head does not match the policy's backbone: hidden_size 128 (head) != "
+                                f"{model.config.hidden_size} (policy); intermediate_size 100 (head) != "
+                                f"{model.config.intermediate_size} (policy)")
+    # Every consumer asks the same question and gets the same answer.
+    stranger = MTPHead(other)
+    x = tokens(1, 4)
+    save_head(stranger, tmp_path / "stranger")
+    for consumer in (lambda: Engine(model, stranger), lambda: stranger.chain(model, model(x)[1], x, 2),
+                     lambda: load_head(tmp_path / "stranger", model.config)):
+        with pytest.raises(ValueError, match=r"does not match the policy's backbone: hidden_size 128 \(head\)"):
+            consumer()
+
+
 def test_save_load_roundtrip(pair, tmp_path):
     model, head = pair
     head.objective = "e2e_tv"

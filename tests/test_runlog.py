@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -12,6 +14,8 @@ import pytest
 from bebop import metrics, runwriter
 from bebop.runlog import RunWriter, StreamTail, list_runs, load_run, run_state
 from bebop.synthetic import SyntheticConfig, write_synthetic_run
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)
@@ -269,3 +273,13 @@ def test_load_run_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no meta.json"):
         load_run(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("code", [
+    "import bebop.runlog, sys; from bebop.runlog import RunWriter; assert 'pandas' not in sys.modules",
+    "import bebop.rl.loop, sys; assert 'pandas' not in sys.modules",  # the trainer writes a run, never reads one
+])
+def test_writers_do_not_import_pandas(code):
+    # A fresh interpreter: in this one, other tests have long since imported pandas.
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bebop.sampling import probs_from_logits, process_logits, sample
+from bebop.sampling import logprobs_from_logits, probs_from_logits, sample, scaled_logits
 
 NEG_INF = float("-inf")
 
@@ -25,17 +25,30 @@ def _chi2_pvalue(tokens: torch.Tensor, probs: torch.Tensor) -> float:
     return chisquare(counts[support].numpy(), expected.numpy()).pvalue
 
 
-# ---- process_logits / probs_from_logits -----------------------------------------------------------------
+# ---- scaled_logits / logprobs_from_logits / probs_from_logits ------------------------------------------
 
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
 def test_temperature_scales_logits_before_softmax(temperature):
     logits = torch.randn(2, 3, 11, generator=_gen(0), dtype=torch.float64)
-    logp = process_logits(logits, temperature)
+    logp = logprobs_from_logits(logits, temperature)
     assert logp.shape == logits.shape and logp.dtype == torch.float32
     torch.testing.assert_close(logp, (logits / temperature).log_softmax(-1).float())
     probs = probs_from_logits(logits, temperature)
     torch.testing.assert_close(probs, logp.exp())
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_one_scaling_function_under_probs_and_logprobs(temperature):
+    """x / T in float32, then the filters: probs and log-probs are exactly its softmax and log-softmax."""
+    logits = torch.randn(3, 17, generator=_gen(11)).bfloat16()
+    scaled = scaled_logits(logits, temperature, top_k=5, top_p=0.95)
+    assert scaled.dtype == torch.float32
+    want = logits.float() / temperature  # [3, 17] the arithmetic seeded rollouts were drawn with
+    kept = torch.isfinite(scaled)
+    assert torch.equal(scaled[kept], want[kept]) and 1 <= int(kept.sum(-1).min()) and int(kept.sum(-1).max()) <= 5
+    assert torch.equal(probs_from_logits(logits, temperature, 5, 0.95), scaled.softmax(-1))
+    assert torch.equal(logprobs_from_logits(logits, temperature, 5, 0.95), scaled.log_softmax(-1))
 
 
 def test_output_is_float32_for_half_precision_logits():
@@ -47,7 +60,7 @@ def test_output_is_float32_for_half_precision_logits():
 
 def test_temperature_zero_is_one_hot_at_first_argmax():
     logits = torch.tensor([[0.5, 2.0, 2.0, -1.0], [3.0, 1.0, 3.0, 3.0], [-1.0, -2.0, -3.0, -0.5]])
-    logp = process_logits(logits, 0.0)
+    logp = logprobs_from_logits(logits, 0.0)
     probs = probs_from_logits(logits, 0.0, top_k=2, top_p=0.1)  # filters cannot change a one-hot
     want = torch.tensor([1, 0, 3])  # ties go to the lowest index
     one_hot = torch.nn.functional.one_hot(want, 4).bool()
@@ -108,7 +121,7 @@ def test_top_p_applies_after_top_k():
 def test_masked_entries_are_exactly_zero_and_rows_normalised():
     logits = torch.randn(64, 50, generator=_gen(4))
     logits[:, 7] = NEG_INF  # a masked vocabulary slot stays masked
-    logp = process_logits(logits, 0.9, top_k=20, top_p=0.9)
+    logp = logprobs_from_logits(logits, 0.9, top_k=20, top_p=0.9)
     probs = probs_from_logits(logits, 0.9, top_k=20, top_p=0.9)
     assert torch.equal(probs == 0, torch.isneginf(logp))
     assert (probs[:, 7] == 0).all() and ((probs > 0).sum(-1) <= 20).all()
@@ -131,14 +144,14 @@ def test_masked_entries_are_exactly_zero_and_rows_normalised():
     ],
 )
 def test_bad_processing_arguments_raise(kwargs, match):
-    for fn in (process_logits, probs_from_logits):
+    for fn in (logprobs_from_logits, probs_from_logits):
         with pytest.raises(ValueError, match=match):
             fn(torch.zeros(3), **kwargs)
 
 
 def test_bad_logits_raise():
     with pytest.raises(ValueError, match="logits"):
-        process_logits(torch.zeros(3, dtype=torch.long))
+        logprobs_from_logits(torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="logits"):
         probs_from_logits(torch.zeros(2, 0))
     with pytest.raises(ValueError, match="logits"):

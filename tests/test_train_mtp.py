@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import bebop.train_mtp as train_mtp_cmd
-from bebop.checkpoint import load_head, save_pretrained
+from bebop.checkpoint import load_head, save_head, save_pretrained
 from bebop.losses import OBJECTIVES
 from bebop.model import ModelConfig, Transformer
+from bebop.mtp import MTPHead
+from bebop.policy import load_policy
 from bebop.tasks import get as get_task
 from bebop.train_mtp import DATA_SEED, TrainMTPConfig, anchor_mask, generate_data, train_mtp
 from bebop.tokenizer import CharTokenizer
@@ -129,6 +131,33 @@ def test_command_errors_and_runs(policy, tmp_path):
                               "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "head")])
     assert train_mtp_cmd.run(args) == 0
     assert load_head(tmp_path / "head", model.config).objective == "kl"
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_one_policy_loader_for_every_job(policy, tmp_path):
+    """rl, train-mtp and eval-mtp load through bebop.policy: a head by name (the policy's heads/NAME, else the head
+    its checkpoint stores) or by directory, and one clear error for anything else."""
+    model, tokenizer = policy
+    head = MTPHead(model.config, objective="ce")
+    for name, stored in (("bare", None), ("full", head)):
+        save_pretrained(model, tmp_path / name, mtp=stored)
+        tokenizer.save(tmp_path / name)
+    save_head(head, tmp_path / "bare" / "heads" / "e2e_tv")
+    loaded, loaded_tokenizer, none = load_policy(tmp_path / "bare")
+    assert none is None and _same_weights(loaded, model) and loaded_tokenizer.encode("1+2") == tokenizer.encode("1+2")
+    for where, spec in (("bare", "e2e_tv"), ("full", "ce"), ("full", str(tmp_path / "bare" / "heads" / "e2e_tv"))):
+        assert _same_weights(load_policy(tmp_path / where, spec)[2], head), (where, spec)
+    with pytest.raises(FileNotFoundError, match="--policy"):
+        load_policy(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match=r"head 'tv' is neither a directory nor a head of .*\(\['e2e_tv'\]\)"):
+        load_policy(tmp_path / "bare", "tv")
+    with pytest.raises(FileNotFoundError, match=r"head 'nope' is neither .*\['ce', 'e2e_tv'"):
+        load_policy(None, "nope")  # the embedded default's shipped heads
+    fp32, _ = train_mtp_cmd.load_policy(None)  # train-mtp's view: the default in float32
+    assert fp32.lm_head.weight.dtype == torch.float32
 
 
 def test_command_flags_reach_the_config():

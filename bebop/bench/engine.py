@@ -48,6 +48,8 @@ from bebop.model import ModelConfig, save_pretrained
 from bebop.rollout import GenerationConfig
 from bebop.selfdraft import self_draft_pair
 
+# The speculative methods timed, in record order (greedy, the T = 0 case, is left out: the bench samples at T = 1).
+TIMED_METHODS = ("to", "rs")
 MODELS = {
     "tiny": lambda: ModelConfig.tiny(),
     "deep": lambda: ModelConfig.deep(),
@@ -180,7 +182,7 @@ def bench_model(name: str, args) -> list[dict]:
 
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
-                      for c, e in engines.items() for gamma in args.gamma for method in ("to", "rs")})
+                      for c, e in engines.items() for gamma in args.gamma for method in TIMED_METHODS})
         context = args.prompt_len + new_tokens // 2
         cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in args.gamma
                       for part, fn in step_cost_cells(e, batch, gamma, context).items()})
@@ -211,7 +213,7 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     for gamma in args.gamma:
         costs = step_costs({part: timed[("cost", part, gamma, compiled)][0]
                             for part in ("catch_up", "single", "target_1", "target_verify")}, gamma)
-        for method in ("to", "rs"):
+        for method in TIMED_METHODS:
             seconds, rollout = timed[("bebop", method, gamma, compiled)]
             alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
             alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached

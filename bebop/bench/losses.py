@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from bebop.losses import tv_distance
+from bebop.sampling import probs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
 
 VARIANTS = ("plain", "tiled")
@@ -78,8 +79,8 @@ def _overlap(variant: str, draft: torch.Tensor, target: torch.Tensor, spec: dict
     temperature = spec["temperature"]
     if variant == "tiled":
         return tv_overlap_tiled(draft, target, temperature, spec["tile"])
-    p = torch.softmax(target.detach().float() / temperature, dim=-1)  # [N, V]
-    q = torch.softmax(draft.float() / temperature, dim=-1)  # [N, V]
+    p = probs_from_logits(target.detach(), temperature)  # [N, V]
+    q = probs_from_logits(draft, temperature)  # [N, V]
     return 1.0 - tv_distance(p, q)  # [N]
 
 

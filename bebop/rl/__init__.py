@@ -8,12 +8,26 @@ RS with the MTP head), GRPO updates it, and the head stays frozen or trains onli
 Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `rollouts` (prompts -> batch),
 `online_mtp` (frozen | online-tv | online-ce), `checkpoint` (atomic checkpoints), `loop` (sync/async
 trainer), `cli` (`bebop rl`).
+
+The names are imported lazily, as in `bebop`: code below the trainer (synthetic runs, the dashboard) reads
+the run vocabulary from `bebop.rl.config` without loading torch and the trainer.
 """
 
-from bebop.rl.config import MODES, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
-from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
-from bebop.rl.loop import Trainer
-from bebop.rl.online_mtp import OnlineMTP
+from __future__ import annotations
 
-__all__ = ["RLConfig", "Trainer", "OnlineMTP", "group_advantages", "grpo_loss", "token_logprobs",
-           "TASKS", "ROLLOUTS", "MTP_STRATEGIES", "MODES", "PRESETS"]
+import importlib
+
+_EXPORTS = {
+    **dict.fromkeys(("RLConfig", "TASKS", "ROLLOUTS", "MTP_STRATEGIES", "MODES", "PRESETS"), "bebop.rl.config"),
+    **dict.fromkeys(("group_advantages", "grpo_loss", "token_logprobs"), "bebop.rl.grpo"),
+    **dict.fromkeys(("Trainer", "UpdateResult"), "bebop.rl.loop"),
+    "OnlineMTP": "bebop.rl.online_mtp",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'bebop.rl' has no attribute {name!r}")

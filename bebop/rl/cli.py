@@ -4,9 +4,9 @@
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
 
-The policy is the embedded default (`bebop.default.load_default()`) unless `--policy DIR` names a
-checkpoint in the Hugging Face layout with its tokenizer; `--head` picks the MTP head: a name of the
-policy's shipped heads ("e2e_tv", "ce") or a directory written by `bebop.checkpoint.save_head`.
+The policy is the embedded default unless `--policy DIR` names a checkpoint in the Hugging Face layout with
+its tokenizer; `--head` picks the MTP head: a name of the policy's heads ("e2e_tv", "ce") or a directory
+written by `bebop.checkpoint.save_head` (`bebop.policy` reads both).
 Async is the default mode; `--sync` runs generation and update one after the other.
 """
 
@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bebop.policy import HEAD_NAMES, load_policy
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
-
-HEAD_NAMES = ("e2e_tv", "ce")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,42 +50,6 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
                            mode="sync" if args.sync else "async", **overrides)
-
-
-def load_policy(policy: Path | None, head: str | None):
-    """(model, tokenizer, head_or_None) from the embedded default or a checkpoint directory."""
-    if policy is None:
-        from bebop.default import load_default
-
-        default = load_default()
-        model, tokenizer, heads = default.model, default.tokenizer, default.heads
-        if head is None:
-            return model, tokenizer, None
-        if head in heads:
-            return model, tokenizer, heads[head]
-        return model, tokenizer, _head_from_dir(Path(head), model)
-    from bebop.checkpoint import load_pretrained
-    from bebop.tokenizer import load_tokenizer
-
-    if not Path(policy).is_dir():
-        raise FileNotFoundError(f"--policy {policy} is not a directory")
-    model, mtp = load_pretrained(policy)
-    tokenizer = load_tokenizer(policy)
-    if head is None:
-        return model, tokenizer, None
-    if head in HEAD_NAMES and (Path(policy) / "heads" / head).is_dir():
-        return model, tokenizer, _head_from_dir(Path(policy) / "heads" / head, model)
-    if head in HEAD_NAMES and mtp is not None:
-        return model, tokenizer, mtp
-    return model, tokenizer, _head_from_dir(Path(head), model)
-
-
-def _head_from_dir(path: Path, model):
-    from bebop.checkpoint import load_head
-
-    if not path.is_dir():
-        raise FileNotFoundError(f"--head {path}: not one of {list(HEAD_NAMES)} and not a head directory")
-    return load_head(path, model.config)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,7 +22,8 @@ d = log π_ref - log π_θ is Schulman's unbiased, always non-negative KL estima
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from bebop.sampling import logprobs_from_logits
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -44,13 +45,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log softmax(logits / T) at `tokens`: logits [B, L, V], tokens [B, L] -> float32 [B, L].
 
-    The same temperature as at rollout, so the ratio compares the distributions that were sampled."""
+    The same temperature, through the same `bebop.sampling` function, as at rollout, so the ratio compares
+    the distributions that were sampled."""
     if logits.dim() != 3 or logits.shape[:2] != tokens.shape:
         raise ValueError(f"logits must be [B, L, V] matching tokens [B, L]; got {tuple(logits.shape)}, "
                          f"{tuple(tokens.shape)}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 for training log-probs, got {temperature}")
-    logp = F.log_softmax(logits.float() / temperature, -1)  # [B, L, V]
+    logp = logprobs_from_logits(logits, temperature)  # [B, L, V]
     return logp.gather(-1, tokens[..., None])[..., 0]  # [B, L]
 
 

@@ -31,12 +31,14 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
+from bebop.mtp import check_head_fits
 from bebop.rl.checkpoint import load_checkpoint, save_checkpoint
 from bebop.rl.config import RLConfig
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
@@ -56,11 +58,13 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
 
 
-def _check_head(model, head) -> None:
-    for name in ("hidden_size", "vocab_size"):
-        got, want = getattr(head.config, name), getattr(model.config, name)
-        if got != want:
-            raise ValueError(f"MTP head {name}={got} does not match the policy's {name}={want}")
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one `Trainer.update` returns: the metrics it logs, and when it ran (not logged: the next step
+    measures how long its background generation overlapped this update)."""
+
+    metrics: dict[str, float]  # actor/*, mtp/*, timing_s/update_actor, timing_s/update_mtp
+    interval: tuple[float, float]  # time.perf_counter() at the update's start and end
 
 
 def _snapshot(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -87,7 +91,7 @@ class Trainer:
         if config.uses_head and head is None:
             raise ValueError(f"rollout {config.rollout!r} drafts with an MTP head: pass head=")
         if head is not None:
-            _check_head(model, head)
+            check_head_fits(head.config, model.config)
         if task is None:
             from bebop.tasks import get
 
@@ -180,7 +184,7 @@ class Trainer:
         bf16 = self.gen_dtype == torch.bfloat16
         return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch) -> UpdateResult:
         """One GRPO step on `batch` (ratios against its behaviour log-probs), then the MTP strategy.
 
         The gradient accumulates over micro-batches of prompt groups (`micro_batch_tokens`) in the shared-prompt
@@ -213,11 +217,10 @@ class Trainer:
         mid = time.perf_counter()
         mtp = self.online.update(self.policy, hidden, logits, batch.tokens, batch.lengths, batch.prompt_lengths)
         end = time.perf_counter()
-        record = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
-        record.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
-                       "timing_s/update_actor": mid - start, "timing_s/update_mtp": end - mid})
-        record["_update_interval"] = (start, end)
-        return record
+        metrics = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
+        metrics.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
+                        "timing_s/update_actor": mid - start, "timing_s/update_mtp": end - mid})
+        return UpdateResult(metrics, (start, end))
 
     def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor,
                     num_tokens: torch.Tensor) -> tuple[dict, tuple[torch.Tensor, ...]]:
@@ -283,13 +286,13 @@ class Trainer:
         self.writer.close("finished")
         return list(self.history)
 
-    def _record(self, step: int, batch: RolloutBatch, update: dict, wait: float, last_end: float) -> dict:
+    def _record(self, step: int, batch: RolloutBatch, update: UpdateResult, wait: float, last_end: float) -> dict:
         rollout, now = batch.rollout, time.perf_counter()
         # This batch was generated (async) while the previous update ran: how long did they really overlap?
         g0, g1 = batch.gen_interval
         u0, u1 = self._last_update_interval
         overlap = max(0.0, min(g1, u1) - max(g0, u0))
-        self._last_update_interval = update.pop("_update_interval")
+        self._last_update_interval = update.interval
         policy_entropy = [h for row, origin in zip(rollout.entropy, rollout.origin)
                           for h, o in zip(row, origin) if o != "env"]
         record = {
@@ -303,7 +306,7 @@ class Trainer:
             "response_length/policy_mean": batch.num_policy_tokens / len(rollout.tokens),
             "response/stop_frac": sum(r == "stop" for r in rollout.finish_reason) / len(rollout.finish_reason),
             **{k: v for k, v in rollout.stats.items() if k.startswith(_COUNTER_PREFIXES)},
-            **update,
+            **update.metrics,
             "timing_s/gen": batch.gen_time_s,
             "timing_s/gen_wait": wait,
             "timing_s/overlap": overlap,
