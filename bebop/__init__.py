@@ -17,14 +17,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_default": "bebop.default",
     "Engine": "bebop.engine",
-    "GenerationConfig": "bebop.rollout",
-    "Rollout": "bebop.rollout",
+    "GenerationConfig": "bebop.engine",
+    "Rollout": "bebop.engine",
     "draft_loss": "bebop.losses",
-    "ModelConfig": "bebop.model",
-    "Transformer": "bebop.model",
-    "load_pretrained": "bebop.model",
-    "save_pretrained": "bebop.model",
-    "MTPHead": "bebop.mtp",
+    "ModelConfig": "bebop.models",
+    "Transformer": "bebop.models",
+    "load_pretrained": "bebop.models",
+    "save_pretrained": "bebop.models",
+    "MTPHead": "bebop.models",
 }
 
 __all__ = ["__version__", *_EXPORTS]

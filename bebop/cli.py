@@ -8,17 +8,17 @@ import sys
 
 # name -> (module, help). Each module exposes add_arguments(parser) and run(args) -> int | None.
 COMMANDS = {
-    "demo": ("bebop.demo", "the README's main job: a short end-to-end demonstration"),
-    "dashboard": ("bebop.dashboard", "serve the live Streamlit dashboard over a runs root"),
-    "rl": ("bebop.rl.cli", "GRPO RL with plain, TO or RS rollouts and frozen or online MTP heads"),
-    "pretrain": ("bebop.pretrain", "train the tiny policy on task demonstrations (the embedded default)"),
-    "train-mtp": ("bebop.train_mtp", "pre-RL MTP head training on a frozen policy with one of the five losses"),
-    "eval-mtp": ("bebop.eval_mtp", "acceptance of MTP heads by method, temperature and task (Table 2, entropy law)"),
+    "demo": ("bebop.commands.demo", "the README's main job: a short end-to-end demonstration"),
+    "dashboard": ("bebop.commands.dashboard", "serve the live Streamlit dashboard over a runs root"),
+    "rl": ("bebop.commands.rl", "GRPO RL with plain, TO or RS rollouts and frozen or online MTP heads"),
+    "pretrain": ("bebop.commands.pretrain", "train the tiny policy on task demonstrations (the embedded default)"),
+    "train-mtp": ("bebop.commands.train_mtp", "pre-RL MTP head training on a frozen policy with one of the five losses"),
+    "eval-mtp": ("bebop.commands.eval_mtp", "acceptance of MTP heads by method, temperature and task (Table 2, entropy law)"),
 }
 BENCHMARKS = {
-    "losses": ("bebop.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
-    "engine": ("bebop.bench.engine", "tokens/s of plain, TO and RS decoding against Hugging Face generate()"),
-    "rl": ("bebop.bench.rl", "RL step time with and without MTP+RS rollouts, sync and async"),
+    "losses": ("bebop.commands.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
+    "engine": ("bebop.commands.bench.engine", "tokens/s of plain, TO and RS decoding against Hugging Face generate()"),
+    "rl": ("bebop.commands.bench.rl", "RL step time with and without MTP+RS rollouts, sync and async"),
 }
 
 

@@ -10,7 +10,7 @@ Files (package data, bebop/assets/default/):
     special_tokens_map.json
     heads/{objective}/head.json, head.safetensors   one MTP head per training objective (save_head)
 
-How they were made (seed 0 throughout, one thread; see bebop.pretrain and bebop.train_mtp):
+How they were made (seed 0 throughout, one thread; see bebop.commands.pretrain and bebop.commands.train_mtp):
     bebop pretrain --out bebop/assets/default
     D="--num-sequences 4800 --data runs/heads-v2/mtp-data-4800.pt --eval-every 100 --threads 1 --steps 500"
     # a CE base head trained until its held-out d_TV flattens, standing in for the MTP head a released
@@ -58,11 +58,11 @@ from pathlib import Path
 
 import torch
 
-from bebop.checkpoint import load_head, load_pretrained
+from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.device import resolve_dtype
-from bebop.model import Transformer
-from bebop.mtp import MTPHead
-from bebop.tokenizer import CharTokenizer, load_tokenizer
+from bebop.models.checkpoint import load_head, load_pretrained
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "default"
 HEADS_DIR = DEFAULT_DIR / "heads"

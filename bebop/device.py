@@ -3,7 +3,7 @@
 bf16 *works* on every CPU; how fast depends on the instructions oneDNN finds:
 
   * native bf16 dot products (AVX512-BF16 or AMX): bf16 matmuls are 3-5x faster than fp32, and bebop packs bf16
-    linear weights for oneDNN once (bebop.prepack). `auto` picks bf16.
+    linear weights for oneDNN once (bebop.models.prepack). `auto` picks bf16.
   * AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT without them: oneDNN converts bf16 in software; packing works, bf16 is
     not faster than fp32. `auto` picks fp32.
   * AVX2 only: oneDNN refuses bf16 (packing raises), so bf16 matmuls run ATen's reference kernels: correct,
@@ -36,7 +36,7 @@ def _cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=None)
 def onednn_bf16_works() -> bool:
-    """Whether oneDNN runs bf16 linears on this CPU: one tiny trial of the packing bebop.prepack uses. Its refusal
+    """Whether oneDNN runs bf16 linears on this CPU: one tiny trial of the packing bebop.models.prepack uses. Its refusal
     ("bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq") is how oneDNN says so."""
     try:
         if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
@@ -51,7 +51,7 @@ def onednn_bf16_works() -> bool:
 
 
 def cpu_bf16_packing() -> bool:
-    """Whether bebop.prepack packs CPU bf16 linear weights: oneDNN's answer, unless BEBOP_CPU_BF16_PACKING forces
+    """Whether bebop.models.prepack packs CPU bf16 linear weights: oneDNN's answer, unless BEBOP_CPU_BF16_PACKING forces
     it ("0" off, "1" on without the trial). Read on every call, so a test or a job can flip it."""
     forced = os.environ.get(PACKING_SWITCH, "").strip()
     if forced not in ("", "0", "1"):

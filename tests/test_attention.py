@@ -1,4 +1,4 @@
-"""bebop.attention's masked attention: the grouped-matmul path (CPU bf16) and SDPA give the same outputs and gradients
+"""bebop.models.attention's masked attention: the grouped-matmul path (CPU bf16) and SDPA give the same outputs and gradients
 as attention written out in float64, with grouped query heads, and the dispatch picks each where it should."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-import bebop.attention as attention
-from bebop.attention import additive_bias, grouped_attend, masked_attend
+import bebop.models.attention as attention
+from bebop.models.attention import additive_bias, grouped_attend, masked_attend
 
 
 def reference(q, keys, values, visible):

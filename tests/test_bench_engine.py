@@ -15,9 +15,9 @@ import statistics
 import pytest
 import torch
 
-from bebop.bench.engine import MODELS, step_costs
 from bebop.cli import main
-from bebop.model import Transformer
+from bebop.commands.bench.engine import MODELS, step_costs
+from bebop.models.transformer import Transformer
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bebop import dashboard
-from bebop.synthetic import SyntheticRun, preview_configs, write_synthetic_run
+from bebop.commands import dashboard
+from bebop.runlog.synthetic import SyntheticRun, preview_configs, write_synthetic_run
 
 pytestmark = pytest.mark.browser
 

@@ -9,8 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bebop.model import ModelConfig, Transformer, load_pretrained, save_pretrained
-from bebop.mtp import MTPHead
+from bebop.models.checkpoint import load_pretrained, save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 

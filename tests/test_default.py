@@ -8,18 +8,18 @@ import sys
 
 import pytest
 import torch
+from claim_stats import K, jackknife_se
 from safetensors.torch import load_file
 
 import bebop
-from bebop.data import complete
+from bebop.data.completions import complete
+from bebop.data.tasks import get as get_task
+from bebop.data.tokenizer import CharTokenizer
 from bebop.default import DEFAULT_DIR, REQUIRED_HEADS, load_default
 from bebop.engine import Engine
-from bebop.model import Transformer
-from bebop.mtp import MTPHead
-from bebop.rollout import GenerationConfig
-from bebop.tasks import get as get_task
-from bebop.tokenizer import CharTokenizer
-from claim_stats import K, jackknife_se
+from bebop.engine.rollout import GenerationConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 
 
 @pytest.fixture(scope="module")

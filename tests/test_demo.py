@@ -5,12 +5,13 @@ import argparse
 import pytest
 import torch
 
-from bebop import demo
-from bebop.checkpoint import save_head
-from bebop.model import ModelConfig, Transformer, save_pretrained
-from bebop.mtp import MTPHead
+from bebop.commands import demo
+from bebop.data.tokenizer import CharTokenizer
+from bebop.models.checkpoint import save_head, save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 from bebop.runlog import list_runs, load_run
-from bebop.tokenizer import CharTokenizer
 
 
 @pytest.fixture(scope="module")

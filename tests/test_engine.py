@@ -10,11 +10,12 @@ import torch
 from scipy.stats import chisquare
 
 from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig
 from bebop.losses import draft_loss
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead, chain_targets
-from bebop.rollout import GenerationConfig
-from bebop.selfdraft import self_draft_pair
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead, chain_targets
+from bebop.models.selfdraft import self_draft_pair
+from bebop.models.transformer import Transformer
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15]]
 

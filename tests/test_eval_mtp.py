@@ -8,20 +8,21 @@ import json
 
 import pytest
 import torch
-
-import bebop.eval_mtp as eval_cmd
-from bebop.checkpoint import save_head, save_pretrained
-from bebop.data import Completion, complete
-from bebop.engine import Engine
-from bebop.eval_mtp import EvalMTPConfig, fit_slopes, sweep, table2, teacher_forced_dtv, token_records
-from bebop.metrics import fit_entropy_law
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
-from bebop.rollout import GenerationConfig
-from bebop.selfdraft import self_draft_pair
-from bebop.tasks import get as get_task
-from bebop.tokenizer import CharTokenizer
 from claim_stats import K, jackknife_se
+
+import bebop.commands.eval_mtp as eval_cmd
+from bebop.commands.eval_mtp import EvalMTPConfig, fit_slopes, sweep, table2, teacher_forced_dtv, token_records
+from bebop.data.completions import Completion, complete
+from bebop.data.tasks import get as get_task
+from bebop.data.tokenizer import CharTokenizer
+from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig
+from bebop.metrics import fit_entropy_law
+from bebop.models.checkpoint import save_head, save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.selfdraft import self_draft_pair
+from bebop.models.transformer import Transformer
 
 TINY_MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=16)

@@ -354,7 +354,7 @@ def test_clear_errors():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="CPU peak RSS needs Linux /proc")
 def test_bench_losses_runs_and_variants_agree(tmp_path, capsys):
-    from bebop.bench import losses as bench
+    from bebop.commands.bench import losses as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from claim_stats import K
 
 from bebop.metrics import (
     ENTROPY_BIN_EDGES,
@@ -24,7 +25,6 @@ from bebop.metrics import (
     rs_beats_to,
     theoretical_speedup,
 )
-from claim_stats import K
 
 # ---------------------------------------------------------------------------------------------------------
 # Worked example: γ = 3, three verify steps of two rows. Entropies 0.1 (bin 0), 0.6 (bin 2), 3.5 (bin 12).

@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from bebop.kvcache import KVCache
-from bebop.model import ModelConfig, Transformer
+from bebop.models.config import ModelConfig
+from bebop.models.kvcache import KVCache
+from bebop.models.transformer import Transformer
 
 VOCAB = 61
 ATOL = 2e-5

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bebop.checkpoint import load_head, save_head
-from bebop.losses import draft_loss
-from bebop.model import ModelConfig, Transformer, load_pretrained, save_pretrained
 from bebop.engine import Engine
-from bebop.mtp import MTPHead, chain_mask, chain_targets, check_head_fits
+from bebop.losses import draft_loss
+from bebop.models.checkpoint import load_head, load_pretrained, save_head, save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead, chain_mask, chain_targets, check_head_fits
+from bebop.models.transformer import Transformer
 
 VOCAB, DEPTH = 53, 4
 ATOL = 1e-4

@@ -1,4 +1,4 @@
-"""bebop.prepack: packed oneDNN weights give the plain linear's results, follow in-place updates, and stay out
+"""bebop.models.prepack: packed oneDNN weights give the plain linear's results, follow in-place updates, and stay out
 of everything but CPU bf16 eager inference; on a CPU where oneDNN cannot pack bf16 (AVX2 without AVX-512, emulated
 here with ONEDNN_MAX_CPU_ISA=AVX2) or with BEBOP_CPU_BF16_PACKING=0, bf16 runs unpacked with the same results."""
 
@@ -13,13 +13,14 @@ import textwrap
 import pytest
 import torch
 
-import bebop.prepack as prepack
+import bebop.models.prepack as prepack
 from bebop.device import PACKING_SWITCH, cpu_bf16_packing, onednn_bf16_works
 from bebop.engine import Engine
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
-from bebop.prepack import Linear, is_packed, prepacked
-from bebop.rollout import GenerationConfig
+from bebop.engine.rollout import GenerationConfig
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.prepack import Linear, is_packed, prepacked
+from bebop.models.transformer import Transformer
 
 needs_packing = pytest.mark.skipif(not cpu_bf16_packing(), reason="oneDNN cannot pack bf16 on this CPU, or "
                                    f"{PACKING_SWITCH}=0: the unpacked path is what runs (tested below)")
@@ -150,9 +151,10 @@ AVX2_CHECK = textwrap.dedent("""
     import torch
     from bebop.device import cpu_bf16_packing, cpu_has_fast_bf16, resolve_dtype
     from bebop.engine import Engine
-    from bebop.model import ModelConfig, Transformer
-    from bebop.mtp import MTPHead
-    from bebop.rollout import GenerationConfig
+    from bebop.models.config import ModelConfig
+    from bebop.models.transformer import Transformer
+    from bebop.models.mtp import MTPHead
+    from bebop.engine.rollout import GenerationConfig
     try:
         torch.ops.mkldnn._reorder_linear_weight(torch.ones(4, 4, dtype=torch.bfloat16))
         refused = False

@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bebop.pretrain as pretrain_cmd
-from bebop.checkpoint import load_pretrained
-from bebop.data import demo_batches, encode_demo, pad
-from bebop.model import ModelConfig, Transformer
-from bebop.pretrain import PretrainConfig, initial_model, lm_loss, lr_at, pretrain
-from bebop.tasks import get as get_task
-from bebop.tokenizer import CharTokenizer, load_tokenizer
+import bebop.commands.pretrain as pretrain_cmd
+from bebop.commands.pretrain import PretrainConfig, initial_model, lm_loss, lr_at, pretrain
+from bebop.data.batches import demo_batches, encode_demo, pad
+from bebop.data.tasks import get as get_task
+from bebop.data.tokenizer import CharTokenizer, load_tokenizer
+from bebop.models.checkpoint import load_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.transformer import Transformer
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,23 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
-from bebop.rl import OnlineMTP, RLConfig, Trainer
-from bebop.rl.checkpoint import checkpoint_path
-from bebop.rl.cli import add_arguments, config_from_args
-from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
-from bebop.rl.rollouts import align, collect, sample_examples
-from bebop.rl.shared_prompt import micro_batches, prompt_groups
-from bebop.rollout import GenerationConfig, Rollout
-from bebop.engine import Engine
-from bebop.runlog import load_run
-from bebop.tasks import Example
-from bebop.tokenizer import CharTokenizer
 from claim_stats import K, pooled_sd, t_margin
+
+from bebop.commands.rl import add_arguments, config_from_args
+from bebop.data.tasks import Example
+from bebop.data.tokenizer import CharTokenizer
+from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig, Rollout
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
+from bebop.rl import OnlineMTP, RLConfig, Trainer
+from bebop.rl.batch import align, collect, sample_examples
+from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from bebop.rl.resume import checkpoint_path
+from bebop.rl.shared_prompt import micro_batches, prompt_groups
+from bebop.runlog import load_run
+
 
 class Digits:
     """Toy task: any prompt; reward = fraction of completion characters that are digits."""
@@ -307,7 +309,7 @@ def test_align_masks_prompt_padding_and_env_tokens():
 
 
 def test_agent_rollouts_are_multi_turn_with_env_tokens_masked(pair, tok):
-    from bebop.tasks import get
+    from bebop.data.tasks import get
 
     model, _ = pair
     task = get("agent")
@@ -335,12 +337,13 @@ def test_agent_rollouts_are_multi_turn_with_env_tokens_masked(pair, tok):
 
 
 # ---------------------------------------------------------------------------------------------- resume
-SCRIPT = "from bebop.tasks import Example\n" + inspect.getsource(Digits) + '''
+SCRIPT = "from bebop.data.tasks import Example\n" + inspect.getsource(Digits) + '''
 import sys, torch
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
+from bebop.models.config import ModelConfig
+from bebop.models.transformer import Transformer
+from bebop.models.mtp import MTPHead
 from bebop.rl import RLConfig, Trainer
-from bebop.tokenizer import CharTokenizer
+from bebop.data.tokenizer import CharTokenizer
 tok = CharTokenizer()
 torch.manual_seed(0)
 config = ModelConfig.tiny(vocab_size=tok.vocab_size, **{model})
@@ -449,7 +452,7 @@ def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pa
 def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):
     import torch
 
-    from bebop.rl.checkpoint import save_checkpoint
+    from bebop.rl.resume import save_checkpoint
 
     trainer, _ = train(pair, tok, tmp_path, "run", steps=2)
     run_dir = tmp_path / "run"
@@ -464,8 +467,7 @@ def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):
 # ------------------------------------------------------------------------------------- CLI and bench
 @pytest.fixture(scope="module")
 def policy_dir(pair, tok, tmp_path_factory):
-    from bebop.checkpoint import save_head
-    from bebop.model import save_pretrained
+    from bebop.models.checkpoint import save_head, save_pretrained
 
     model, head = pair
     path = tmp_path_factory.mktemp("policy")
@@ -479,7 +481,7 @@ def policy_dir(pair, tok, tmp_path_factory):
 def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, capsys):
     import argparse
 
-    from bebop.rl import cli
+    from bebop.commands import rl as cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
@@ -498,7 +500,7 @@ def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, caps
 def test_bench_rl_writes_the_speedups(policy_dir, tmp_path):
     import argparse
 
-    from bebop.bench import rl as bench
+    from bebop.commands.bench import rl as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
@@ -525,7 +527,7 @@ def test_bench_rl_self_draft_ceiling_accepts_every_draft(policy_dir, tmp_path, s
     """--self-draft swaps in a perfect draft pair: RS accepts (nearly) every draft, and lr 0 keeps it perfect."""
     import argparse
 
-    from bebop.bench import rl as bench
+    from bebop.commands.bench import rl as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
@@ -551,7 +553,7 @@ def policy_parameters(path) -> int:
 def test_cli_gen_dtype_reaches_the_config():
     import argparse
 
-    from bebop.rl.cli import add_arguments, config_from_args
+    from bebop.commands.rl import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

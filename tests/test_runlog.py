@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bebop import metrics, runwriter
+from bebop import metrics
 from bebop.runlog import RunWriter, StreamTail, list_runs, load_run, run_state
-from bebop.synthetic import SyntheticConfig, write_synthetic_run
+from bebop.runlog import write as runwriter
+from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -277,7 +278,7 @@ def test_load_run_errors(tmp_path):
 
 @pytest.mark.parametrize("code", [
     "import bebop.runlog, sys; from bebop.runlog import RunWriter; assert 'pandas' not in sys.modules",
-    "import bebop.rl.loop, sys; assert 'pandas' not in sys.modules",  # the trainer writes a run, never reads one
+    "import bebop.rl.trainer, sys; assert 'pandas' not in sys.modules",  # the trainer writes a run, never reads one
 ])
 def test_writers_do_not_import_pandas(code):
     # A fresh interpreter: in this one, other tests have long since imported pandas.

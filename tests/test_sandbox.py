@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from bebop.tasks.sandbox import SandboxConfig, SandboxResult, run_many, run_python
+from bebop.data.tasks.sandbox import SandboxConfig, SandboxResult, run_many, run_python
 
 CONFIG = SandboxConfig(timeout_s=1.5, cpu_s=1, memory_mb=128, max_file_bytes=50_000, max_output_bytes=5_000)
 

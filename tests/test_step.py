@@ -1,19 +1,26 @@
-"""The layouts bebop.step shares with the engine: a step's uniforms and the host table."""
+"""The layouts bebop.engine.step shares with the engine: a step's uniforms and the host table."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bebop import engine as engine_module
 from bebop.engine import Engine
+from bebop.engine import generate as engine_module
+from bebop.engine.rollout import GenerationConfig
+from bebop.engine.step import (
+    draft_uniforms,
+    draw_uniforms,
+    pack_host_table,
+    unpack_host_row,
+    verify_rows,
+    verify_uniforms,
+)
 from bebop.metrics import entropy
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
-from bebop.rollout import GenerationConfig
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 from bebop.sampling import probs_from_logits
-from bebop.step import (draft_uniforms, draw_uniforms, pack_host_table, unpack_host_row, verify_rows,
-                        verify_uniforms)
 
 ROWS, GAMMA = 3, 3
 

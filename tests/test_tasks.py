@@ -9,11 +9,11 @@ import warnings
 import pytest
 import torch
 
-from bebop import tasks
-from bebop.tasks import AgentConfig, CodeConfig, Example, MathConfig, ProgramRejected, check_program, tool_mask
-from bebop.tasks.agent import calc
-from bebop.tasks.sandbox import SandboxConfig
-from bebop.tokenizer import CALL_CLOSE, EOS, RESULT_CLOSE, RESULT_OPEN, CharTokenizer
+from bebop.data import tasks
+from bebop.data.tasks import AgentConfig, CodeConfig, Example, MathConfig, ProgramRejected, check_program, tool_mask
+from bebop.data.tasks.agent import calc
+from bebop.data.tasks.sandbox import SandboxConfig
+from bebop.data.tokenizer import CALL_CLOSE, EOS, RESULT_CLOSE, RESULT_OPEN, CharTokenizer
 
 FAST_CODE = CodeConfig(sandbox=SandboxConfig(timeout_s=1.5, cpu_s=1, memory_mb=128), max_workers=2)
 

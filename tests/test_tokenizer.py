@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bebop import tasks
-from bebop.tokenizer import (
+from bebop.data import tasks
+from bebop.data.tokenizer import (
     ALPHABET,
     CALL_CLOSE,
     EOS,

@@ -9,15 +9,16 @@ import json
 import pytest
 import torch
 
-import bebop.train_mtp as train_mtp_cmd
-from bebop.checkpoint import load_head, save_head, save_pretrained
+import bebop.commands.train_mtp as train_mtp_cmd
+from bebop.commands.policy import load_policy
+from bebop.commands.train_mtp import DATA_SEED, TrainMTPConfig, anchor_mask, generate_data, train_mtp
+from bebop.data.tasks import get as get_task
+from bebop.data.tokenizer import CharTokenizer
 from bebop.losses import OBJECTIVES
-from bebop.model import ModelConfig, Transformer
-from bebop.mtp import MTPHead
-from bebop.policy import load_policy
-from bebop.tasks import get as get_task
-from bebop.train_mtp import DATA_SEED, TrainMTPConfig, anchor_mask, generate_data, train_mtp
-from bebop.tokenizer import CharTokenizer
+from bebop.models.checkpoint import load_head, save_head, save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
 
 TINY_MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=16)
@@ -138,7 +139,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def test_one_policy_loader_for_every_job(policy, tmp_path):
-    """rl, train-mtp and eval-mtp load through bebop.policy: a head by name (the policy's heads/NAME, else the head
+    """rl, train-mtp and eval-mtp load through bebop.commands.policy: a head by name (the policy's heads/NAME, else the head
     its checkpoint stores) or by directory, and one clear error for anything else."""
     model, tokenizer = policy
     head = MTPHead(model.config, objective="ce")

@@ -58,7 +58,7 @@ def discover(root_text: str) -> tuple[Path, list[RunInfo], str | None]:
         return root, [], f"Cannot read the runs root `{root}`: {err}"
     if not infos:
         return root, [], (f"No runs under `{root}` yet. Start one with `bebop demo`, or write preview runs with "
-                          f"`python -m bebop.synthetic {root}/preview`.")
+                          f"`python -m bebop.runlog.synthetic {root}/preview`.")
     return root, infos, None
 
 

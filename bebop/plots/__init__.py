@@ -13,13 +13,23 @@ One module per kind of figure (style: shared colours and helpers; entropy; trace
 decomposition; samples); import them all from here: `from bebop import plots`.
 """
 
-from bebop.plots.style import (ACCEPT_LENGTH, MAX_POINTS, ORIGIN_COLORS, PALETTE, TEMPLATE, X_AXES, pooled, run_colors,
-                               smooth, thin)
-from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, token_points
-from bebop.plots.traces import lines, over_time
-from bebop.plots.speed import positions, positions_figure, speedup_figure, speedup_table, step_time_figure, step_times
 from bebop.plots.decomposition import decomposition_data, decomposition_figure
+from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, token_points
 from bebop.plots.samples import sample_html, sample_tokens, token_figure
+from bebop.plots.speed import positions, positions_figure, speedup_figure, speedup_table, step_time_figure, step_times
+from bebop.plots.style import (
+                               ACCEPT_LENGTH,
+                               MAX_POINTS,
+                               ORIGIN_COLORS,
+                               PALETTE,
+                               TEMPLATE,
+                               X_AXES,
+                               pooled,
+                               run_colors,
+                               smooth,
+                               thin,
+)
+from bebop.plots.traces import lines, over_time
 
 __all__ = [
     "ACCEPT_LENGTH",

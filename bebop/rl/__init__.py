@@ -5,9 +5,9 @@ RS with the MTP head), GRPO updates it, and the head stays frozen or trains onli
     trainer = Trainer(RLConfig.quick(rollout="rs"), model, tokenizer, head=head, run_dir="runs/rl-rs")
     records = trainer.run()
 
-Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `rollouts` (prompts -> batch),
-`online_mtp` (frozen | online-tv | online-ce), `checkpoint` (atomic checkpoints), `loop` (sync/async
-trainer), `cli` (`bebop rl`).
+Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `batch` (rollouts -> update batch),
+`shared_prompt` (the update's shared-prompt layout), `online_mtp` (frozen | online-tv | online-ce), `resume`
+(atomic checkpoints), `trainer` (sync/async). The command is `bebop.commands.rl` (`bebop rl`).
 
 The names are imported lazily, as in `bebop`: code below the trainer (synthetic runs, the dashboard) reads
 the run vocabulary from `bebop.rl.config` without loading torch and the trainer.
@@ -20,7 +20,7 @@ import importlib
 _EXPORTS = {
     **dict.fromkeys(("RLConfig", "TASKS", "ROLLOUTS", "MTP_STRATEGIES", "MODES", "PRESETS"), "bebop.rl.config"),
     **dict.fromkeys(("group_advantages", "grpo_loss", "token_logprobs"), "bebop.rl.grpo"),
-    **dict.fromkeys(("Trainer", "UpdateResult"), "bebop.rl.loop"),
+    **dict.fromkeys(("Trainer", "UpdateResult"), "bebop.rl.trainer"),
     "OnlineMTP": "bebop.rl.online_mtp",
 }
 

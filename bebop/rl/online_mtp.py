@@ -13,7 +13,7 @@ reaches the policy: `MTPHead` reads the backbone's hidden states, embedding and 
 is untouched by `update` (tests/test_rl.py checks it).
 
 Targets are the backbone's own logits on the rollout rows (teacher forcing on what was sampled), aligned
-by `bebop.mtp.chain_targets`; only anchors inside the completion are trained, since that is where the
+by `bebop.models.mtp.chain_targets`; only anchors inside the completion are trained, since that is where the
 head drafts at rollout.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from bebop.losses import acceptance_alpha, draft_loss
-from bebop.mtp import MTPHead, chain_targets
+from bebop.models.mtp import MTPHead, chain_targets
 
 OBJECTIVE = {"online-tv": "e2e_tv", "online-ce": "ce"}
 

@@ -1,0 +1,275 @@
+"""`bebop bench engine`: tokens/s of plain, TO and RS decoding against Hugging Face `generate()`, in one process.
+
+For each model and batch size it measures, side by side:
+  * bebop plain decoding (gamma = 0), TO and RS at each gamma, all through the same engine loop;
+  * Hugging Face `generate()` on the same checkpoint (saved by bebop, loaded by transformers), plain sampling,
+    and assisted (speculative) generation at batch 1, the only batch size it supports, with a one-layer draft
+    model that computes the same distribution as bebop's draft head;
+  * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
+    step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
+    to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
+
+Every cell, the step-cost micro-benchmarks included, runs once per round, in turn, so a slow patch of a shared
+machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
+ratio within a round, and records keep their per-round seconds (`round_seconds`).
+
+Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (each phase of a step, forwards and sampling
+together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's
+speedup and theory are against compiled plain decoding and compiled step costs. Compilation happens in the untimed
+warm-up round.
+
+Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
+and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
+step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
+and an eighth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
+
+The draft head is the self-draft head of `bebop.models.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
+E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
+at temperature 1 with no top-k/top-p and a fixed number of new tokens (no stop tokens), so every engine does the
+same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from bebop.device import resolve_dtype
+from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig
+from bebop.metrics import theoretical_speedup
+from bebop.models.checkpoint import save_pretrained
+from bebop.models.config import ModelConfig
+from bebop.models.selfdraft import self_draft_pair
+
+# The speculative methods timed, in record order (greedy, the T = 0 case, is left out: the bench samples at T = 1).
+TIMED_METHODS = ("to", "rs")
+MODELS = {
+    "tiny": lambda: ModelConfig.tiny(),
+    "deep": lambda: ModelConfig.deep(),
+    "small": lambda: ModelConfig.small(),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=sorted(MODELS))
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
+    parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed rounds; each runs every cell once, in turn (median reported)")
+    parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="skip the compiled engine (Engine(compile=True)); its first steps compile for minutes")
+    parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
+
+
+def _interleaved(cells: dict, repeats: int) -> dict:
+    """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
+    one run of every cell, so a slow patch of a shared machine hits all cells of a round alike."""
+    results = {name: fn() for name, fn in cells.items()}  # warm-up: allocator, oneDNN primitive caches
+    times = {name: [] for name in cells}
+    for _ in range(repeats):
+        for name, fn in cells.items():
+            start = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (times[name], results[name]) for name in cells}
+
+
+def _ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of numerator / denominator within a round: robust to drift between rounds."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+@torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
+def step_cost_cells(engine: Engine, batch: int, gamma: int, context: int, calls: int = 20) -> dict:
+    """Zero-argument callables, each running `calls` calls at `context` of: a one-token target forward
+    ("target_1"), a (γ+1)-token one (verification, "target_verify"), the head's catch-up pass over γ+1 tokens
+    ("catch_up") and one single head step ("single"), through the engine's own (compiled or eager) forwards."""
+    model, head = engine.model, engine.mtp
+    cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
+    cache.lengths.fill_(context)
+    draft_cache.lengths.fill_(context)
+    one = torch.zeros(batch, 1, dtype=torch.long, device=cache.device)
+    many = torch.zeros(batch, gamma + 1, dtype=torch.long, device=cache.device)
+    hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
+    hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # contiguous as in the engine: its graph
+    kv = context + gamma + 1
+
+    def head_step(tokens, h):
+        _, out = engine.head_step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
+        return head.logits(model, out[:, -1:])
+
+    def repeated(fn, *args):
+        def run():
+            with torch.inference_mode(), engine.packed_weights():  # as inside generate()
+                return [fn(*args) for _ in range(calls)][-1]
+        return run
+
+    return {"catch_up": repeated(head_step, many, hidden_many), "single": repeated(head_step, one, hidden),
+            "target_1": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), one),
+            "target_verify": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), many)}
+
+
+def step_costs(round_seconds: dict[str, list[float]], gamma: int) -> dict[str, float]:
+    """From the per-round seconds of `step_cost_cells`: the verification forward and the head's share per draft
+    token (one catch-up pass plus γ-1 single steps, divided by γ), each in one-token target forwards."""
+    target_1 = round_seconds["target_1"]
+    draft = [(c + (gamma - 1) * s) / gamma for c, s in zip(round_seconds["catch_up"], round_seconds["single"])]
+    return {"verify_cost": _ratio(round_seconds["target_verify"], target_1), "draft_cost": _ratio(draft, target_1)}
+
+
+def _hf_models(model, dtype, device, workdir: Path):
+    from transformers import AutoModelForCausalLM
+
+    save_pretrained(model, workdir / "target")
+    target = AutoModelForCausalLM.from_pretrained(workdir / "target", dtype=dtype).to(device).eval()
+    # The assistant: the target's embedding, final norm and head with one (zeroed-residual) layer, i.e. the same
+    # next-token distribution as the self-draft head, at the cost of one decoder layer.
+    one_layer = replace(model.config, num_hidden_layers=1)
+    from bebop.models.transformer import Transformer
+
+    draft = Transformer(one_layer).to(dtype)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("model.layers.")}
+    state.update({k: v for k, v in model.state_dict().items() if k.startswith("model.layers.0.")})
+    draft.load_state_dict(state)
+    save_pretrained(draft, workdir / "assistant")
+    assistant = AutoModelForCausalLM.from_pretrained(workdir / "assistant", dtype=dtype).to(device).eval()
+    return target, assistant
+
+
+def _hf_generate(target, prompts: torch.Tensor, new_tokens: int, assistant=None):
+    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                  min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
+    if assistant is not None:
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
+    with torch.inference_mode():
+        return target.generate(prompts, attention_mask=torch.ones_like(prompts), **kwargs)
+
+
+def bench_model(name: str, args) -> list[dict]:
+    config = MODELS[name]()
+    device = torch.device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    model, head = (m.to(device=device, dtype=dtype) for m in self_draft_pair(config, seed=0))
+    engines = {False: Engine(model, head)}
+    if not args.no_compile:
+        engines[True] = Engine(model, head, compile=True)
+    new_tokens = args.small_new_tokens if name == "small" else args.new_tokens
+    generator = torch.Generator().manual_seed(0)
+    records = []
+    hf = None if args.no_hf else _hf_models(model, dtype, device, Path(tempfile.mkdtemp(prefix="bebop-bench-")))
+    for batch in args.batch:
+        prompts = torch.randint(1, config.vocab_size, (batch, args.prompt_len), generator=generator)
+        prompt_lists = prompts.tolist()
+        base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
+
+        def bebop(engine, gamma, method):
+            gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1)
+            return lambda: engine.generate(prompt_lists, gen_config)
+
+        cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
+        cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
+                      for c, e in engines.items() for gamma in args.gamma for method in TIMED_METHODS})
+        context = args.prompt_len + new_tokens // 2
+        cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in args.gamma
+                      for part, fn in step_cost_cells(e, batch, gamma, context).items()})
+        if hf is not None:
+            target, assistant = hf
+            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
+            if batch == 1:  # assisted generation supports batch 1 only
+                cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens,
+                                                                           assistant)
+        timed = _interleaved(cells, args.repeats)
+        for compiled in engines:
+            records += _bebop_records(timed, base, args, compiled)
+        if hf is not None:
+            records += _hf_records(timed, base, engines, batch)
+    return records
+
+
+def _timed(base: dict, seconds: list[float], **fields) -> dict:
+    """A record of a cell timed in `seconds` per round: tokens/s at the median round, and the rounds themselves."""
+    tokens_per_s = base["batch"] * base["new_tokens"] / statistics.median(seconds)
+    return {**base, **fields, "tokens_per_s": tokens_per_s, "round_seconds": seconds}
+
+
+def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
+    base = {**base, "engine": "bebop", "compiled": compiled}
+    plain = timed[("bebop", "plain", 0, compiled)][0]
+    records = [_timed(base, plain, mode="plain", gamma=0)]
+    for gamma in args.gamma:
+        costs = step_costs({part: timed[("cost", part, gamma, compiled)][0]
+                            for part in ("catch_up", "single", "target_1", "target_verify")}, gamma)
+        for method in TIMED_METHODS:
+            seconds, rollout = timed[("bebop", method, gamma, compiled)]
+            alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
+            alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
+            records.append(_timed(base, seconds, mode=method, gamma=gamma,
+                                  acceptance_rate=rollout.stats["spec/acceptance_rate"],
+                                  accept_length=rollout.stats["spec/accept_length"], speedup=_ratio(plain, seconds),
+                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
+    return records
+
+
+def _hf_records(timed: dict, base: dict, engines: dict, batch: int) -> list[dict]:
+    base = {**base, "engine": "hf", "compiled": False}
+    hf = timed[("hf", "plain", 0, False)][0]
+    eager = timed[("bebop", "plain", 0, False)][0]
+    plain = _timed(base, hf, mode="plain", gamma=0, bebop_plain_over_hf=_ratio(hf, eager))
+    if True in engines:
+        plain["bebop_compiled_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
+    records = [plain]
+    if batch == 1:
+        assisted = timed[("hf", "assisted", 3, False)][0]
+        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(hf, assisted)))
+    return records
+
+
+def print_table(records: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="bebop bench engine (tokens/s; speedup over bebop plain at the same batch)")
+    for column in ("model", "batch", "engine", "compiled", "mode", "γ", "tokens/s", "accept", "draft cost", "speedup",
+                   "theory", "meas/theory"):
+        table.add_column(column, justify="right")
+    fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
+    for r in records:
+        ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
+        table.add_row(r["model"], str(r["batch"]), r["engine"], "yes" if r["compiled"] else "", r["mode"], str(r["gamma"]),
+                      fmt(r["tokens_per_s"], ".0f"),
+                      fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
+                      fmt(r.get("theoretical_speedup")), fmt(ratio))
+    Console(width=max(Console().width, 132)).print(table)
+    for r in records:
+        if "bebop_plain_over_hf" in r:
+            compiled = r.get("bebop_compiled_plain_over_hf")
+            line = f"{r['model']} batch {r['batch']}: bebop plain / HF generate() = {r['bebop_plain_over_hf']:.2f}x eager"
+            print(line + (f", {compiled:.2f}x compiled" if compiled is not None else ""))
+
+
+def run(args) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    records = []
+    for name in args.models:
+        records += bench_model(name, args)
+    print_table(records)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+        print(f"wrote {len(records)} records to {args.json}")
+    return 0

@@ -1,0 +1,188 @@
+"""`bebop bench rl`: RL step time with MTP + rejection sampling vs without, measured side by side.
+
+For each task it runs the same GRPO job (same seed, prompts and config) twice on the embedded default:
+rollouts by plain decoding ("none") and by RS with the frozen e2e TV head, both async unless `--sync`;
+optionally a third run with the CE head (`--heads e2e_tv ce`) to compare how accept length drifts as RL
+moves the policy. Reported per task, from medians over the steps after the first (warm-up):
+
+    speedup_end_to_end  = step time (none) / step time (rs)        what an RL user waits for
+    speedup_rollout     = generation time (none) / generation time (rs)
+    accept_length, its drift first -> last quarter of the run, reward, entropy, staleness
+
+The top-level `speedup_end_to_end` / `speedup_rollout` are the first task's (math by default). Several
+`--prompts` values sweep the effective batch (rows = prompts x group, the paper's regime axis: the gain is
+largest where few rows decode at once); the JSON's `tasks` then hold the first value's results and `sweep`
+all of them. In async mode the step time is max(generation, update) plus what does not overlap, so the
+end-to-end gain is at most the rollout gain and shrinks when the update, not generation, is the bottleneck.
+Numbers on a shared 2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
+
+`--self-draft policy|deep` asks what the best possible head would give on this machine: the policy and its heads
+become a self-draft pair (bebop.models.selfdraft: the draft is the target, so RS accepts every draft) of the policy's
+shape or of `ModelConfig.deep` (16 narrow layers, where one head layer costs a tenth of a step, as on real
+checkpoints), trained at lr 0 so the draft stays exact while the update still costs what it costs. Its text is
+noise that ends where a stop token happens to be drawn, so this bounds acceptance, not the long tail of a trained
+policy's row lengths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from bebop.metrics import derive, pool
+from bebop.rl.config import TASKS, RLConfig
+
+SELF_DRAFT_SHAPES = ("policy", "deep")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--tasks", nargs="+", default=["math", "agent"], help=f"tasks from {list(TASKS)}")
+    parser.add_argument("--heads", nargs="+", default=["e2e_tv"], help="frozen heads to compare (e2e_tv, ce)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--prompts", type=int, nargs="+", default=[8],
+                        help="prompts per step; several values sweep the effective batch (rows = prompts x group)")
+    parser.add_argument("--group", type=int, default=4, help="completions per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times")
+    parser.add_argument("--micro-batch-tokens", type=int, default=RLConfig.micro_batch_tokens,
+                        help="computed tokens per update micro-batch (0 = the whole batch at once)")
+    parser.add_argument("--no-shared-prompts", action="store_true",
+                        help="compute each row's prompt in the update (with --micro-batch-tokens 0: the padded rows)")
+    parser.add_argument("--sync", action="store_true", help="sync mode instead of the default async")
+    parser.add_argument("--with-sync", action="store_true", help="also run plain decoding in sync mode (async gain)")
+    parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
+    parser.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temp)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--self-draft", choices=SELF_DRAFT_SHAPES, default=None,
+                        help="replace the policy and heads by a perfect draft pair of this shape "
+                             "(the ceiling of MTP on this machine)")
+
+
+def summarize(records: list[dict], skip: int = 1) -> dict:
+    """Medians of the per-step timings, means of reward/entropy, pooled spec rates.
+
+    Timings skip `skip` warm-up steps and the last step: in async mode the first step waits for a whole
+    generation and the last one has no next generation to overlap, so neither is a steady-state step."""
+    timed = records[skip:-1] or records[skip:] or records
+    out = {
+        "steps": len(records),
+        "step_s": statistics.median(r["timing_s/step"] for r in timed),
+        "gen_s": statistics.median(r["timing_s/gen"] for r in timed),
+        "update_s": statistics.median(r["timing_s/update_actor"] + r["timing_s/update_mtp"] for r in timed),
+        "overlap_s": statistics.median(r["timing_s/overlap"] for r in timed),
+        "reward_first": records[0]["critic/score/mean"],
+        "reward_mean": statistics.fmean(r["critic/score/mean"] for r in records),
+        "reward_last": records[-1]["critic/score/mean"],
+        "entropy": statistics.fmean(r["actor/entropy"] for r in records),
+        "response_length": statistics.fmean(r["response_length/mean"] for r in records),
+        "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),
+    }
+    if "spec/num_drafts" in records[0]:
+        quarter = max(1, len(records) // 4)
+        first, last = derive(pool(records[:quarter])), derive(pool(records[-quarter:]))
+        out["accept_length"] = derive(pool(records))["spec/accept_length"]
+        out["accept_length_first"] = first["spec/accept_length"]
+        out["accept_length_last"] = last["spec/accept_length"]
+        out["accept_length_drift"] = last["spec/accept_length"] / first["spec/accept_length"] - 1
+    return out
+
+
+def self_draft_default(default, shape: str):
+    """`default` with its policy and every head replaced by one self-draft pair (q = p) of the policy's shape
+    ("policy") or of ModelConfig.deep ("deep") at the tokenizer's vocabulary."""
+    from bebop.models.config import ModelConfig
+    from bebop.models.selfdraft import self_draft_pair
+
+    if shape not in SELF_DRAFT_SHAPES:
+        raise ValueError(f"unknown self-draft shape {shape!r}; valid names: {list(SELF_DRAFT_SHAPES)}")
+    config = default.model.config
+    if shape == "deep":
+        config = ModelConfig.deep(vocab_size=config.vocab_size)
+    model, head = self_draft_pair(config, seed=0)
+    dtype = default.model.lm_head.weight.dtype
+    return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
+
+
+def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True) -> list[dict]:
+    from bebop.rl.trainer import Trainer
+
+    trainer = Trainer(config, default.model, default.tokenizer, head=default.heads[head] if head else None,
+                      run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
+    return trainer.run()
+
+
+def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
+    base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
+                          max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
+                          mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
+                          micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
+                          **({"lr": 0.0} if args.self_draft else {}))
+    variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in args.heads]
+    if args.with_sync and not args.sync:
+        variants.append(("none", None, "sync"))
+    results: dict[str, list[dict]] = {}
+    for repeat in range(args.repeats):
+        for rollout, head, mode in variants:
+            name = f"{task}-{rollout}" + (f"-{head}" if head else "") + ("-sync" if mode != base.mode else "")
+            name += f"-{repeat}"
+            run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
+            records = run_once(default, base.replace(rollout=rollout, mode=mode), head, run_dir)
+            results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
+    merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
+    plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{args.heads[0]}"]
+    result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
+              "self_draft": args.self_draft, "speedup_end_to_end": plain["step_s"] / spec["step_s"],
+              "speedup_rollout": plain["gen_s"] / spec["gen_s"], "runs": merged}
+    if f"{task}-none-sync" in merged:
+        result["speedup_async_over_sync"] = merged[f"{task}-none-sync"]["step_s"] / plain["step_s"]
+    return result
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'run':<22}{'step s':>8}{'gen s':>8}{'upd s':>8}{'reward':>8}{'H nats':>8}{'acc len':>9}{'drift':>8}")
+    for result in results:
+        for name, s in result["runs"].items():
+            acc = f"{s['accept_length']:.2f}" if "accept_length" in s else "-"
+            drift = f"{100 * s['accept_length_drift']:+.1f}%" if "accept_length_drift" in s else "-"
+            print(f"{name:<22}{s['step_s']:>8.2f}{s['gen_s']:>8.2f}{s['update_s']:>8.2f}{s['reward_mean']:>8.3f}"
+                  f"{s['entropy']:>8.3f}{acc:>9}{drift:>8}")
+        ceiling = f", self-draft ceiling ({result['self_draft']} shape)" if result["self_draft"] else ""
+        print(f"  {result['task']} ({result['mode']}, {result['rows']} rows{ceiling}): "
+              f"end-to-end speedup {result['speedup_end_to_end']:.2f}x, "
+              f"rollout speedup {result['speedup_rollout']:.2f}x"
+              + (f", async over sync (no MTP) {result['speedup_async_over_sync']:.2f}x"
+                 if "speedup_async_over_sync" in result else ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    from bebop.default import load_default
+
+    bad = [t for t in args.tasks if t not in TASKS]
+    if bad:
+        raise ValueError(f"unknown task(s) {bad}; valid names: {list(TASKS)}")
+    default = load_default(path=args.policy)
+    if args.self_draft:
+        default = self_draft_default(default, args.self_draft)
+    missing = [h for h in args.heads if h not in default.heads]
+    if missing:
+        raise ValueError(f"heads {missing} are not shipped; available: {sorted(default.heads)}")
+    with tempfile.TemporaryDirectory(prefix="bebop-bench-rl-") as tmp:
+        root = args.out or Path(tmp)
+        results = [bench_task(default, task, prompts, args, root) for prompts in args.prompts for task in args.tasks]
+    print_table(results)
+    first = [r for r in results if r["prompts"] == args.prompts[0]]
+    out = {"speedup_end_to_end": first[0]["speedup_end_to_end"], "speedup_rollout": first[0]["speedup_rollout"],
+           "self_draft": args.self_draft, "tasks": {r["task"]: r for r in first}}
+    if len(args.prompts) > 1:  # the effective-batch sweep: speedups per task and rows per step
+        out["sweep"] = [{k: r[k] for k in ("task", "prompts", "rows", "speedup_end_to_end", "speedup_rollout")}
+                        for r in results]
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.json}")
+    return 0

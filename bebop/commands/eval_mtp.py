@@ -1,0 +1,314 @@
+"""`bebop eval-mtp`: speculative acceptance of MTP heads by method, temperature and task (PAPER Table 2, §3).
+
+    bebop eval-mtp --heads ce tv e2e_tv --methods to rs --temperatures 0.1 0.4 0.7 1.0 1.3 --tasks math
+
+For every task and temperature the same held-out prompts are answered by the `Engine` with every
+(head, method) at depth `--gamma` (3), and we measure, from the engine's own counters:
+    acceptance rate (accepted drafts / drafted), accept length (1 + accepted / verify steps), the
+    per-position conditional acceptance alpha_pos/i, and the mean target entropy at the draft positions.
+Mean d_TV(p, q) is computed teacher-forced: after generation, the policy and the head run over the
+generated sequences (the chain fed with the emitted tokens, `MTPHead.chain` at depth γ) and
+d_TV = 1 - `acceptance_alpha` at the same temperature, averaged over the policy-written anchors. It is
+the RS acceptance the head would have along those sequences, whatever method drafted them.
+
+Run directory (kind "eval-mtp"):
+    table.csv / table.json   one row per (task, temperature, head, method)
+    table2.csv               Table 2 layout: RS acceptance % at the temperature nearest 1, heads x tasks
+    fits.json                acceptance = a + slope·entropy per (head, method) over the sweep's points
+    tokens.jsonl             one record per reached draft position: task, temperature, head, method, pos,
+                             entropy (H(p) at that position, nats), accepted (0/1): fit the entropy law
+                             per token with `bebop.metrics.fit_entropy_law` from these
+Heads are names of shipped heads ("ce", "tv", "e2e_tv", ...) or directories written by `save_head`
+(`label=DIR` names them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from bebop.commands.policy import load_policy, resolve_head
+from bebop.commands.train_mtp import anchor_mask
+from bebop.data.batches import pad
+from bebop.data.completions import Completion, complete
+from bebop.data.tasks import get as get_task
+from bebop.data.tasks import parse_tasks
+from bebop.default import DEFAULT_DIR
+from bebop.device import resolve_dtype
+from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig
+from bebop.losses import acceptance_alpha
+from bebop.metrics import derive, fit_entropy_law
+from bebop.models.mtp import MTPHead, chain_targets
+from bebop.models.transformer import Transformer
+from bebop.runlog import RunWriter
+from bebop.verify import METHODS
+
+EVAL_SEED = 3_000_017  # held-out prompts, disjoint from pretraining, train-mtp data and pretrain eval
+# A sweep's temperatures are > 0, where "greedy" is not the policy's distribution (it is what both other methods
+# become at T = 0): a sweep compares the rest.
+SWEPT_METHODS = tuple(m for m in METHODS if m != "greedy")
+
+
+@dataclass(frozen=True)
+class EvalMTPConfig:
+    heads: tuple[str, ...] = ("ce", "e2e_tv")
+    methods: tuple[str, ...] = ("to", "rs")
+    temperatures: tuple[float, ...] = (0.1, 0.4, 0.7, 1.0, 1.3)
+    tasks: tuple[str, ...] = ("math",)
+    gamma: int = 3
+    num_prompts: int = 64
+    max_new_tokens: int = 200
+    seed: int = 0
+    dtype: str = "auto"
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        parse_tasks(self.tasks)
+        if not self.heads:
+            raise ValueError("heads is empty: name at least one head")
+        bad = [m for m in self.methods if m not in SWEPT_METHODS]
+        if bad or not self.methods:
+            raise ValueError(f"unknown methods {bad or self.methods!r}; valid methods: {SWEPT_METHODS}")
+        if not self.temperatures or any(not (isinstance(t, (int, float)) and 0 < t < math.inf)
+                                        for t in self.temperatures):
+            raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
+        for name in ("gamma", "num_prompts", "max_new_tokens", "threads"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"EvalMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+
+    @classmethod
+    def tiny(cls, heads: tuple[str, ...] = ("ce", "e2e_tv")) -> "EvalMTPConfig":
+        return cls(heads=heads, temperatures=(0.5, 1.0, 1.5), num_prompts=4, max_new_tokens=24, gamma=2)
+
+
+def resolve_heads(specs: Sequence[str], model: Transformer, *, root: Path = DEFAULT_DIR,
+                  dtype: torch.dtype | None = None) -> dict[str, MTPHead]:
+    """label -> head for specs that are head names under `root`/heads, directories, or label=directory."""
+    heads = {}
+    for spec in specs:
+        label, _, where = spec.partition("=") if "=" in spec else (spec, "", spec)
+        heads[label if "=" in spec else Path(where).name] = resolve_head(where, model, root, dtype=dtype)
+    return heads
+
+
+# ----------------------------------------------------------------------------------------------- records
+def token_records(completions: list[Completion], **fields) -> list[dict]:
+    """One record per reached draft position, from the engine's origins: a run of "accepted" tokens at
+    positions 0.. then a "recovered" token at the rejected position (a "bonus" means all γ passed)."""
+    records = []
+    for c in completions:
+        pos = 0
+        for origin, h in zip(c.origin, c.entropy):
+            if origin == "accepted":
+                records.append({**fields, "pos": pos, "entropy": h, "accepted": 1})
+                pos += 1
+            elif origin == "recovered":
+                records.append({**fields, "pos": pos, "entropy": h, "accepted": 0})
+                pos = 0
+            else:
+                pos = 0
+    return records
+
+
+@torch.no_grad()
+def teacher_forced_dtv(model: Transformer, head: MTPHead, prompts: list[list[int]], completions: list[Completion],
+                       gamma: int, temperature: float, batch_size: int = 32) -> list[float]:
+    """Mean d_TV(p, q) per draft position [γ] along the generated sequences (see module docstring)."""
+    seqs = [p + c.tokens for p, c in zip(prompts, completions)]
+    written = [[False] * len(p) + c.policy for p, c in zip(prompts, completions)]
+    alphas = []
+    for start in range(0, len(seqs), batch_size):
+        tokens, lengths = pad(seqs[start : start + batch_size], 0)
+        trainable, _ = pad([[int(w) for w in ws] for ws in written[start : start + batch_size]], 0)
+        mask = anchor_mask(trainable.bool(), lengths, gamma)  # [B, T]
+        if not bool(mask.any()):
+            continue
+        logits, hidden = model(tokens.to(model.lm_head.weight.device))  # [B, T, V], [B, T, d]
+        draft = head.chain(model, hidden, tokens, gamma)  # [B, T, γ, V]
+        target, _, _ = chain_targets(logits, tokens, gamma)
+        alphas.append(acceptance_alpha(draft.float(), target.float(), temperature)[mask])  # [M, γ]
+    if not alphas:
+        return [math.nan] * gamma
+    return (1 - torch.cat(alphas).mean(0)).tolist()
+
+
+def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str, temperature: float,
+                 config: EvalMTPConfig) -> tuple[dict, list[Completion]]:
+    """Generate with one (head, method, temperature) and summarise acceptance, entropy and d_TV."""
+    gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=temperature, gamma=config.gamma,
+                           method=method, seed=config.seed)
+    completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen)
+    rates = derive(stats)
+    prompts = [tokenizer.encode(e.prompt) for e in examples]
+    dtv = teacher_forced_dtv(model, head, prompts, completions, config.gamma, temperature)
+    entropies = [h for c in completions for h in c.entropy]
+    row = {
+        "acceptance_rate": rates["spec/acceptance_rate"],
+        "accept_length": rates["spec/accept_length"],
+        **{f"alpha_pos/{i}": rates[f"spec/alpha_pos/{i}"] for i in range(config.gamma)},
+        "draft_entropy_mean": rates.get("spec/entropy_mean", math.nan),
+        "entropy_mean": sum(entropies) / max(1, len(entropies)),
+        "d_tv_mean": sum(dtv) / len(dtv),
+        **{f"d_tv_pos/{i}": v for i, v in enumerate(dtv)},
+        "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
+        "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
+        "reward": sum(task.rewards(examples, [tokenizer.decode(c.tokens) for c in completions])) / len(examples),
+    }
+    return row, completions
+
+
+def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
+          progress: bool = True) -> list[dict]:
+    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream."""
+    rows, console = [], Console(stderr=True, quiet=not progress)
+    for task_name in config.tasks:
+        task = get_task(task_name)
+        examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
+        for temperature in config.temperatures:
+            for label, head in heads.items():
+                for method in config.methods:
+                    start = time.perf_counter()
+                    row, completions = evaluate_one(model, tokenizer, head, task, examples, method=method,
+                                                    temperature=temperature, config=config)
+                    keys = {"task": task_name, "temperature": temperature, "head": label, "method": method}
+                    rows.append({**keys, **row})
+                    if writer is not None:
+                        for record in token_records(completions, **keys):
+                            writer.log("tokens", record)
+                        writer.status(message=f"{task_name} T={temperature} {label} {method}", rows=len(rows))
+                    console.log(f"{task_name} T={temperature} {label:>8} {method}: acceptance "
+                                f"{row['acceptance_rate']:.3f}, H {row['draft_entropy_mean']:.3f}, "
+                                f"d_tv {row['d_tv_mean']:.3f} ({time.perf_counter() - start:.1f} s)")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def fit_slopes(rows: list[dict]) -> list[dict]:
+    """acceptance_rate = a + slope·draft_entropy_mean per (head, method), over the (task, temperature) points."""
+    fits = []
+    for head, method in dict.fromkeys((r["head"], r["method"]) for r in rows):
+        points = [r for r in rows if r["head"] == head and r["method"] == method
+                  and math.isfinite(r["draft_entropy_mean"]) and math.isfinite(r["acceptance_rate"])]
+        if len({round(r["draft_entropy_mean"], 9) for r in points}) < 3:
+            continue  # the entropy law needs at least 3 distinct entropies
+        fit = fit_entropy_law([r["draft_entropy_mean"] for r in points], [r["acceptance_rate"] for r in points],
+                              n_bootstrap=200)
+        fits.append({"head": head, "method": method, "slope": fit.slope, "intercept": fit.intercept,
+                     "r2": fit.r2, "slope_ci": list(fit.slope_ci), "n": fit.n})
+    return fits
+
+
+def table2(rows: list[dict]) -> tuple[float, list[dict]]:
+    """RS acceptance (%) per head x task at the temperature nearest 1 (the paper's Table 2 layout)."""
+    rs = [r for r in rows if r["method"] == "rs"] or rows
+    temperature = min({r["temperature"] for r in rs}, key=lambda t: abs(t - 1.0))
+    out = {}
+    for r in rs:
+        if r["temperature"] == temperature:
+            out.setdefault(r["head"], {"head": r["head"]})[r["task"]] = 100 * r["acceptance_rate"]
+    return temperature, list(out.values())
+
+
+def write_tables(run_dir: Path, rows: list[dict], fits: list[dict]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_csv(run_dir / "table.csv", rows)
+    (run_dir / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (run_dir / "fits.json").write_text(json.dumps(fits, indent=1) + "\n")
+    _, t2 = table2(rows)
+    _write_csv(run_dir / "table2.csv", t2)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def print_tables(rows: list[dict], fits: list[dict], console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title="MTP acceptance (engine counters; d_TV teacher-forced)")
+    for col in ("task", "T", "head", "method", "accept %", "accept len", "H(p) draft", "d_TV", "tok/s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["task"], f"{r['temperature']:g}", r["head"], r["method"], f"{100 * r['acceptance_rate']:.1f}",
+                      f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}",
+                      f"{r['tokens_per_s']:.0f}")
+    console.print(table)
+    temperature, t2 = table2(rows)
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    base = next((r for r in t2 if r["head"] == "ce"), None)
+    pivot = Table(title=f"Table 2 layout: RS acceptance % at T={temperature:g} (delta vs ce)")
+    pivot.add_column("head")
+    for task in tasks:
+        pivot.add_column(task, justify="right")
+    for r in t2:
+        cells = [f"{r[t]:.1f}" if base is None or r is base else f"{r[t] - base[t]:+.1f}" for t in tasks]
+        pivot.add_row(r["head"], *cells)
+    console.print(pivot)
+    fit_table = Table(title="entropy law over the sweep: acceptance = a + slope·H")
+    for col in ("head", "method", "slope", "95% CI", "r2", "points"):
+        fit_table.add_column(col, justify="right")
+    for f in fits:
+        fit_table.add_row(f["head"], f["method"], f"{f['slope']:+.3f}",
+                          f"[{f['slope_ci'][0]:+.3f}, {f['slope_ci'][1]:+.3f}]", f"{f['r2']:.2f}", str(f["n"]))
+    console.print(fit_table)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = EvalMTPConfig()
+    parser.add_argument("--policy", type=Path, default=None, help="policy checkpoint dir (default: the shipped one)")
+    parser.add_argument("--heads", nargs="+", default=list(d.heads),
+                        help="shipped head names or head directories (label=DIR)")
+    parser.add_argument("--methods", nargs="+", default=list(d.methods), help="to and/or rs")
+    parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures))
+    parser.add_argument("--tasks", nargs="+", default=list(d.tasks))
+    parser.add_argument("--gamma", type=int, default=d.gamma)
+    parser.add_argument("--num-prompts", type=int, default=d.num_prompts)
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--dtype", default=d.dtype, help="auto | fp32 | bf16")
+    parser.add_argument("--threads", type=int, default=d.threads)
+    parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
+                           temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
+                           num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                           dtype=args.dtype, threads=args.threads)
+    torch.set_num_threads(config.threads)
+    root = args.policy or DEFAULT_DIR
+    dtype = resolve_dtype(config.dtype, "cpu")
+    model, tokenizer, _ = load_policy(root, dtype=dtype)
+    heads = resolve_heads(config.heads, model, dtype=dtype)  # shipped names are the default's heads
+    run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
+    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp") as writer:
+        rows = sweep(model, tokenizer, heads, config, writer)
+        fits = fit_slopes(rows)
+        write_tables(run_dir, rows, fits)
+    print_tables(rows, fits)
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    parser = argparse.ArgumentParser(prog="bebop eval-mtp", description=__doc__)
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

@@ -1,0 +1,187 @@
+"""Checkpoints in the Hugging Face layout, so bebop and `transformers` (and vLLM) read each other's models.
+
+A directory holds
+    config.json          Qwen3Config fields (model_type "qwen3", architectures ["Qwen3ForCausalLM"], torch_dtype),
+                         plus "bebop_mtp" {trained_depth, objective} when an MTP head is stored
+    model.safetensors    model.* / lm_head.weight (omitted when tied, as HF does) and, optionally, the head
+                         under the `mtp.*` names Qwen3-Next / Qwen3.5 checkpoints use (mtp.fc.weight,
+                         mtp.pre_fc_norm_embedding.weight, mtp.pre_fc_norm_hidden.weight, mtp.layers.0.*,
+                         mtp.norm.weight). `transformers` ignores the mtp.* tensors when it loads the backbone.
+`load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real Qwen3 checkpoint).
+A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
+
+Every file is written to a temporary name and moved into place with os.replace, so a crash mid-save never
+leaves a truncated file under the real name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save
+
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead, check_head_fits
+from bebop.models.transformer import Transformer
+from bebop.runlog.atomic import atomic_open
+
+WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
+HEAD_WEIGHTS, HEAD_CONFIG = "head.safetensors", "head.json"
+MTP_PREFIX = "mtp."
+# The layer fields a head's weights depend on, recorded in head.json; a head loads onto any backbone that agrees
+# on them (`check_head_fits`).
+HEAD_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _parse_dtype(name: str, where: Path) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{where}: unknown torch_dtype {name!r}")
+    return dtype
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    with atomic_open(path) as f:
+        # clone: fused projections' state_dict entries are views of one weight, and safetensors refuses
+        # tensors that share memory
+        f.write(save({k: v.detach().to("cpu").clone() for k, v in tensors.items()}, metadata={"format": "pt"}))
+
+
+def _head_meta(mtp: MTPHead) -> dict[str, Any]:
+    return {"trained_depth": mtp.trained_depth, "objective": mtp.objective, "num_hidden_layers": 1}
+
+
+def save_pretrained(model: Transformer, path: str | os.PathLike, mtp: MTPHead | None = None) -> None:
+    """Write `model` (and the MTP head, if given) to directory `path` in the Hugging Face layout."""
+    if not isinstance(model, Transformer):
+        raise ValueError(f"model must be a bebop Transformer, got {type(model).__name__}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = dict(model.state_dict())
+    if model.config.tie_word_embeddings:
+        del tensors["lm_head.weight"]  # HF stores the tied matrix once, under model.embed_tokens
+    if mtp is not None:
+        tensors.update({MTP_PREFIX + k: v for k, v in mtp.state_dict().items()})
+    config = model.config.to_hf_dict()
+    config["torch_dtype"] = _dtype_name(model.model.embed_tokens.weight.dtype)
+    if mtp is not None:
+        config["bebop_mtp"] = _head_meta(mtp)
+    _write_tensors(path / WEIGHTS, tensors)
+    _write_json(path / CONFIG, config)  # last: a directory with a config has its weights
+
+
+def _weight_files(path: Path) -> list[Path]:
+    if (path / WEIGHTS).is_file():
+        return [path / WEIGHTS]
+    if (path / INDEX).is_file():
+        shards = sorted(set(json.loads((path / INDEX).read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{path / INDEX} names shard files that do not exist: {missing}")
+        return [path / s for s in shards]
+    raise FileNotFoundError(f"no weights in {path}: expected {WEIGHTS} or {INDEX}")
+
+
+def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+    return tensors
+
+
+def _load_into(module: torch.nn.Module, tensors: dict[str, torch.Tensor], what: str, skip: set[str] = frozenset()) -> None:
+    """Copy `tensors` into `module` (casting dtype), naming every missing, unexpected or mis-shaped tensor."""
+    expected = {k: v for k, v in module.state_dict().items() if k not in skip}
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected) - skip)
+    if missing:
+        raise ValueError(f"{what}: missing tensors {missing}")
+    if unexpected:
+        raise ValueError(f"{what}: unexpected tensors {unexpected}")
+    shapes = [f"{k}: checkpoint {tuple(tensors[k].shape)}, model {tuple(v.shape)}"
+              for k, v in expected.items() if tensors[k].shape != v.shape]
+    if shapes:
+        raise ValueError(f"{what}: mis-shaped tensors: " + "; ".join(shapes))
+    with torch.no_grad():
+        for k, v in expected.items():
+            v.copy_(tensors[k])
+
+
+def load_pretrained(path: str | os.PathLike, *, dtype: torch.dtype | None = None,
+                    device: torch.device | str | None = None) -> tuple[Transformer, MTPHead | None]:
+    """Read a Hugging Face layout directory -> (model, mtp head or None when it stores no mtp.* tensors).
+
+    `dtype` defaults to the checkpoint's torch_dtype (float32 if unrecorded); both come back in eval mode."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    if not (path / CONFIG).is_file():
+        raise FileNotFoundError(f"{path} has no {CONFIG}")
+    hf = json.loads((path / CONFIG).read_text())
+    config = ModelConfig.from_hf_dict(hf)
+    tensors = _read_tensors(_weight_files(path))
+    if dtype is None:
+        dtype = _parse_dtype(str(hf.get("torch_dtype") or hf.get("dtype") or "float32"), path / CONFIG)
+    model = Transformer(config).to(dtype=dtype)
+    head_tensors = {k[len(MTP_PREFIX):]: tensors.pop(k) for k in list(tensors) if k.startswith(MTP_PREFIX)}
+    # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
+    skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    _load_into(model, {k: v for k, v in tensors.items() if k not in skip}, f"checkpoint {path}", skip)
+    mtp = None
+    if head_tensors:
+        meta = hf.get("bebop_mtp") or {}
+        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
+        _load_into(mtp, head_tensors, f"checkpoint {path} (mtp.* head)")
+        mtp = mtp.to(device).eval()
+    return model.to(device).eval(), mtp
+
+
+def save_head(mtp: MTPHead, path: str | os.PathLike) -> None:
+    """Write a head alone to directory `path`: head.safetensors (mtp.* names) + head.json."""
+    if not isinstance(mtp, MTPHead):
+        raise ValueError(f"mtp must be an MTPHead, got {type(mtp).__name__}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {**_head_meta(mtp), **{k: getattr(mtp.config, k) for k in HEAD_FIELDS},
+            "torch_dtype": _dtype_name(mtp.fc.weight.dtype)}
+    _write_tensors(path / HEAD_WEIGHTS, {MTP_PREFIX + k: v for k, v in mtp.state_dict().items()})
+    _write_json(path / HEAD_CONFIG, meta)
+
+
+def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torch.dtype | None = None,
+              device: torch.device | str | None = None) -> MTPHead:
+    """Read a head written by `save_head` for a backbone of `model_config` (layer shapes must agree)."""
+    path = Path(path)
+    for name in (HEAD_CONFIG, HEAD_WEIGHTS):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} has no {name} (expected a directory written by save_head)")
+    meta = json.loads((path / HEAD_CONFIG).read_text())
+    try:  # the head's config is the backbone's with the recorded fields (an older head.json may lack some)
+        check_head_fits(replace(model_config, **{k: meta[k] for k in HEAD_FIELDS if k in meta}), model_config)
+    except ValueError as error:
+        raise ValueError(f"head at {path}: {error}") from None
+    tensors = _read_tensors([path / HEAD_WEIGHTS])
+    stray = [k for k in tensors if not k.startswith(MTP_PREFIX)]
+    if stray:
+        raise ValueError(f"{path / HEAD_WEIGHTS} holds tensors outside mtp.*: {stray}")
+    dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
+    mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
+    _load_into(mtp, {k[len(MTP_PREFIX):]: v for k, v in tensors.items()}, f"head {path}")
+    return mtp.to(device).eval()

@@ -1,0 +1,196 @@
+"""The MTP draft head: one DeepSeek-V3 / Qwen3-Next style block, applied recursively (PAPER.md §1).
+
+    x_k = fc([pre_fc_norm_embedding(Emb(y_{t+k})) ; pre_fc_norm_hidden(h_{k-1})])     (2d -> d)
+    h_k = norm(layer(x_k))                     one decoder layer with its own KV cache
+    q_k = softmax(lm_head(h_k) / T)            step k at anchor t predicts token t+k+1
+
+h_0 is the backbone's hidden at position t AFTER its final norm (what `Transformer.forward` returns), and the
+h_k fed to the next step is the head's output after its own final norm: that is how vLLM's qwen3_next_mtp
+wires it (the block returns norm(layer(x)), compute_logits applies the LM head to it, and the next draft
+step takes that same tensor as its hidden). The concatenation order [embedding ; hidden] is Qwen3-Next's.
+Module names (fc, pre_fc_norm_embedding, pre_fc_norm_hidden, layers.0, norm) are Qwen3-Next's `mtp.*` names,
+so a saved head can be read by engines that serve those checkpoints. (Qwen3-Next's RMSNorm stores weight-1;
+ours is Qwen3's, weight as is, like the backbone it sits on.)
+
+The embedding and LM head belong to the backbone and stay frozen: they are not submodules of the head
+(head.parameters() holds only the head's own weights), every method takes the backbone as its first
+argument, and the head reads them through `.detach()`, as it does the backbone's hidden state. A draft
+loss therefore never reaches the policy, even when the policy's parameters require grad.
+
+Inference (`forward_cached`) and training (`chain`) compute the same function, so the head trained is the
+head used at rollout. In inference the head's cache holds one step-1 entry per position i, made from
+(h_i, y_{i+1}); a draft step k >= 2 for anchor t sits at position t+k-1 and sees the step-1 entries at
+positions <= t plus the entries of steps 2..k of the same anchor. `chain` reproduces exactly that pattern
+for all anchors at once with an attention mask over the concatenated steps.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bebop.models.attention import cached_attend, cached_attention_setup
+from bebop.models.config import ModelConfig
+from bebop.models.kvcache import KVCache
+from bebop.models.prepack import Linear, linear
+from bebop.models.transformer import DecoderLayer, RMSNorm, Transformer, init_weights
+
+# What a head shares with its backbone: the token embedding and LM head (vocab_size, hidden_size), the rotary
+# tables (head_dim), and the decoder layer's shape, which `MTPHead(model_config)` takes from the backbone's config.
+FIT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim")
+
+
+def check_head_fits(head_config: ModelConfig, model_config: ModelConfig) -> None:
+    """Raise one ValueError naming every field where a head built for `head_config` differs from the policy's
+    backbone `model_config`; the engine, the RL trainer, the head's own forwards and `load_head` all ask here."""
+    wrong = [f"{name} {getattr(head_config, name)} (head) != {getattr(model_config, name)} (policy)"
+             for name in FIT_FIELDS if getattr(head_config, name) != getattr(model_config, name)]
+    if wrong:
+        raise ValueError("MTP head does not match the policy's backbone: " + "; ".join(wrong))
+
+
+def chain_mask(num_anchors: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Which keys query (step, anchor t) may see, as bool [T, step*T] over the keys of steps 1..step laid
+    side by side: step-1 keys at anchors t' <= t, and the keys of steps 2..step at anchor t only."""
+    first = torch.ones(num_anchors, num_anchors, dtype=torch.bool, device=device).tril()  # [T, T]
+    same = torch.eye(num_anchors, dtype=torch.bool, device=device)  # [T, T]
+    return torch.cat([first] + [same] * (step - 1), 1)  # [T, step*T]
+
+
+def chain_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, keys: list[torch.Tensor],
+                 values: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    """Attention for step `len(keys)+1` of the chain: appends this step's k/v [B, Hkv, T, D] to the lists
+    (so the next step sees them) and attends q [B, H, T, D] over all steps so far under `mask`."""
+    keys.append(k)
+    values.append(v)
+    all_k, all_v = torch.cat(keys, 2), torch.cat(values, 2)  # [B, Hkv, step*T, D]
+    return F.scaled_dot_product_attention(q, all_k, all_v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+
+class MTPHead(nn.Module):
+    """A draft head for a backbone of `model_config`; `trained_depth`/`objective` are metadata for the engine."""
+
+    def __init__(self, model_config: ModelConfig, *, trained_depth: int | None = None, objective: str | None = None):
+        super().__init__()
+        if not isinstance(model_config, ModelConfig):
+            raise ValueError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+        if trained_depth is not None and (not isinstance(trained_depth, int) or trained_depth < 1):
+            raise ValueError(f"trained_depth must be a positive int or None, got {trained_depth!r}")
+        self.config = model_config
+        self.trained_depth = trained_depth
+        self.objective = objective
+        d, eps = model_config.hidden_size, model_config.rms_norm_eps
+        self.fc = Linear(2 * d, d, bias=False)
+        self.pre_fc_norm_embedding = RMSNorm(d, eps)
+        self.pre_fc_norm_hidden = RMSNorm(d, eps)
+        self.layers = nn.ModuleList([DecoderLayer(model_config)])
+        self.norm = RMSNorm(d, eps)
+        self.apply(init_weights)
+
+    # ----------------------------------------------------------------------------------------------
+    def _input(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """x = fc([norm_e(Emb(tokens)); norm_h(hidden)]), hidden [B, S, d], tokens [B, S] -> [B, S, d]."""
+        embedding = F.embedding(tokens, backbone.model.embed_tokens.weight.detach())  # [B, S, d]
+        both = torch.cat([self.pre_fc_norm_embedding(embedding), self.pre_fc_norm_hidden(hidden.detach())], -1)
+        return self.fc(both)
+
+    def logits(self, backbone: Transformer, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft logits [..., V] from the head's output hidden [..., d], through the backbone's frozen LM head."""
+        return linear(hidden, backbone.lm_head, detach=True)
+
+    def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> KVCache:
+        """An empty one-layer ragged cache for the head."""
+        if max_len > self.config.max_position_embeddings:
+            raise ValueError(f"max_len={max_len} exceeds max_position_embeddings={self.config.max_position_embeddings}")
+        weight, c = self.fc.weight, self.config
+        return KVCache(1, batch, c.num_key_value_heads, max_len, c.head_dim, dtype or weight.dtype,
+                       device or weight.device)
+
+    # ----------------------------------------------------------------------------------------------
+    def forward_cached(self, backbone: Transformer, hidden: torch.Tensor, next_tokens: torch.Tensor,
+                       cache: KVCache, *, kv_len: int | None = None,
+                       compute_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """One head step for S entries per row: entry s of row b sits at position cache.lengths[b] + s and
+        pairs hidden[b, s] (backbone hidden, or the head's previous output) with next_tokens[b, s] (the token
+        one position later). Returns (logits [B, S, V] or None, out_hidden [B, S, d]); lengths are not moved."""
+        check_head_fits(self.config, backbone.config)
+        if hidden.dim() != 3 or next_tokens.shape != hidden.shape[:2]:
+            raise ValueError(f"hidden must be [B, S, d] and next_tokens [B, S]; got {tuple(hidden.shape)} "
+                             f"and {tuple(next_tokens.shape)}")
+        if cache.batch != hidden.shape[0] or cache.num_layers != 1:
+            raise ValueError(f"cache must have 1 layer and batch={hidden.shape[0]}, "
+                             f"got {cache.num_layers} layers, batch={cache.batch}")
+        cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos, backbone.rope_sin_signed)
+        attend = partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=0, **shared)
+        out = self.norm(self.layers[0](self._input(backbone, hidden, next_tokens), cos, sin, attend))  # [B, S, d]
+        return (self.logits(backbone, out) if compute_logits else None), out
+
+    def chain_hidden(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor,
+                     depth: int) -> torch.Tensor:
+        """Teacher-forced outputs h_k for every anchor and step: [B, T, depth, d]; see `chain`."""
+        check_head_fits(self.config, backbone.config)
+        if hidden.dim() != 3 or tokens.shape != hidden.shape[:2]:
+            raise ValueError(f"hidden must be [B, T, d] and tokens [B, T]; got {tuple(hidden.shape)} "
+                             f"and {tuple(tokens.shape)}")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive int, got {depth!r}")
+        T = tokens.shape[1]
+        if T + depth - 1 > self.config.max_position_embeddings:
+            raise ValueError(f"T + depth - 1 = {T + depth - 1} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        # Inputs past the sequence end are padding: only anchors whose chain stays inside are trained.
+        padded = F.pad(tokens, (0, depth), value=0)  # [B, T + depth]
+        anchors = torch.arange(T, device=tokens.device)  # [T]
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        h, outs = hidden.detach(), []
+        for k in range(1, depth + 1):
+            x = self._input(backbone, h, padded[:, k:k + T])  # step k reads y_{t+k}
+            pos = anchors + (k - 1)  # [T]: (step k, anchor t) sits at position t+k-1, as in inference
+            attend = partial(chain_attend, keys=keys, values=values, mask=chain_mask(T, k, tokens.device))
+            h = self.norm(self.layers[0](x, backbone.rope_cos[pos], backbone.rope_sin_signed[pos], attend))  # [B, T, d]
+            outs.append(h)
+        return torch.stack(outs, 2)  # [B, T, depth, d]
+
+    def chain(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        """Training forward, all anchors in parallel, teacher forced: hidden [B, T, d] (backbone, detached
+        here), tokens [B, T] -> draft_logits [B, T, depth, V], where [b, t, k-1] is step k at anchor t
+        (input token tokens[b, t+k], predicting tokens[b, t+k+1]). Pair with `chain_targets`."""
+        return self.logits(backbone, self.chain_hidden(backbone, hidden, tokens, depth))
+
+    def forward(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        """= chain (so DDP-style wrappers that call the module train the same function)."""
+        return self.chain(backbone, hidden, tokens, depth)
+
+
+def chain_targets(backbone_logits: torch.Tensor, tokens: torch.Tensor, depth: int,
+                  lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Targets aligned with `MTPHead.chain`, for `bebop.losses.draft_loss`.
+
+    backbone_logits [B, T, V], tokens [B, T] ->
+      target_logits [B, T, depth, V]  [b, t, k-1] = backbone_logits[b, t+k] (detached; a strided view)
+      labels        [B, T, depth]     [b, t, k-1] = tokens[b, t+k+1]
+      mask          [B, T] bool       anchors whose whole chain is inside the row: t + depth + 1 < length
+    Entries past the end are zero-padded and masked out. `lengths` [B] (default T) marks right padding."""
+    if backbone_logits.dim() != 3 or backbone_logits.shape[:2] != tokens.shape:
+        raise ValueError(f"backbone_logits must be [B, T, V] matching tokens [B, T]; got "
+                         f"{tuple(backbone_logits.shape)} and {tuple(tokens.shape)}")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive int, got {depth!r}")
+    B, T, _ = backbone_logits.shape
+    logits = F.pad(backbone_logits.detach(), (0, 0, 0, depth))  # [B, T + depth, V]
+    # Window i of unfold is positions i..i+depth-1; anchor t needs positions t+1..t+depth, i.e. window t+1.
+    target_logits = logits.unfold(1, depth, 1)[:, 1:T + 1].transpose(2, 3)  # [B, T, depth, V]
+    labels = F.pad(tokens, (0, depth + 1)).unfold(1, depth, 1)[:, 2:T + 2]  # [B, T, depth]
+    if lengths is None:
+        lengths = torch.full((B,), T, device=tokens.device)
+    elif lengths.shape != (B,):
+        raise ValueError(f"lengths must be [B]={B}, got {tuple(lengths.shape)}")
+    anchors = torch.arange(T, device=tokens.device)
+    mask = anchors[None, :] + depth + 1 < lengths.to(tokens.device)[:, None]  # [B, T]
+    return target_logits, labels, mask

@@ -1,0 +1,111 @@
+"""The house's layout: floors that import only downwards, no import cycle, files and functions of a readable size.
+
+Imports are read from the source (module level and inside functions alike: a late import is still a dependency),
+so the test needs no import side effects and names the offending module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import bebop
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bebop"
+
+# Each room's floor; a module may import its own floor and the ones below. The app and the CLI sit on top.
+FLOORS = {
+    "bebop.sampling": 0, "bebop.verify": 0, "bebop.losses": 0, "bebop.tv_tiled": 0, "bebop.metrics": 0,
+    "bebop.entropy_law": 0, "bebop.device": 0, "bebop.runlog": 0,
+    "bebop.runlog.synthetic": 4,  # preview runs named with the jobs' own config names (bebop.rl.config)
+    "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
+    "bebop.plots": 1,
+    "bebop.engine": 2, "bebop.default": 2, "bebop.tasks": 2,
+    "bebop.data.completions": 3,
+    "bebop.rl": 4,
+    "bebop.commands": 5,
+    "bebop.app": 6, "bebop.cli": 6, "bebop.__main__": 6,
+}
+# Package files that import nothing themselves (bebop's top-level API is lazy): floor 0 for the file alone.
+BARE = {"bebop", "bebop.data"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def floor(module: str) -> int:
+    if module in BARE:
+        return 0
+    room = max((r for r in FLOORS if module == r or module.startswith(r + ".")), key=len)
+    return FLOORS[room]
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The bebop modules `path` imports anywhere in its body (`from bebop.x import y` counts bebop.x.y when that is a
+    module, else bebop.x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("bebop")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("bebop"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                if sub in modules or node.module != "bebop":
+                    found.add(sub if sub in modules else node.module)
+                elif a.name not in bebop.__all__:  # `from bebop import x`: a module, or a name of the lazy API
+                    found.add(sub)
+    missing = found - modules
+    assert not missing, f"{path} imports bebop modules that do not exist: {sorted(missing)}"
+    return found & modules
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: imports(p, set(files)) - {m} for m, p in files.items()}
+
+
+def test_every_module_has_a_floor(graph):
+    for module in graph:
+        floor(module)  # raises ValueError (max of nothing) for a module in no room
+
+
+def test_imports_only_point_down(graph):
+    upward = [f"{m} (floor {floor(m)}) imports {d} (floor {floor(d)})"
+              for m, deps in graph.items() for d in deps if floor(d) > floor(m)]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle(graph):
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep):] + [dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep, stack + [dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_files_and_functions_stay_readable():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            too_long.append(f"{path.relative_to(PACKAGE.parent)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                too_long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: "
+                                f"{node.end_lineno - node.lineno + 1} lines")
+    assert not too_long, "\n".join(too_long)
