@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as err:
+    # Bad input, found by the job's own checks before any heavy work: one line and exit 2, as argparse does.
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as err:
         print(f"bebop: error: {err}", file=sys.stderr)
         return 2
 

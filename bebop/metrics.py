@@ -13,9 +13,10 @@ including the first rejection) and has positions 0..n_b-1 accepted, where n_b = 
 and since a draft reaches i exactly when it accepted i-1, `reached_per_pos` is derived, never stored.
 Entropy bins hold reached positions only: an unreached draft was never tested, so it says nothing about α.
 
-The rest is analysis on those numbers: H(p), the RS-vs-TO decision boundary d_TV(p, q) < 1 - p(argmax q),
-and the speedup bound (1 + Σ_j Π_{i≤j} α_i) / (verify + γ·draft cost). The entropy-law fit and the Eq.-16
-decomposition live in `bebop.entropy_law` and are re-exported here.
+A rate's 95% interval is `rate_interval`, a difference's `rate_difference_interval`. The rest is analysis on
+those numbers: H(p), the RS-vs-TO decision boundary d_TV(p, q) < 1 - p(argmax q), and the speedup bound
+(1 + Σ_j Π_{i≤j} α_i) / (verify + γ·draft cost). The entropy-law fit and the Eq.-16 decomposition live
+in `bebop.entropy_law` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -207,6 +208,30 @@ class SpecCounters:
         if total is not None and round(float(total)) != out.num_accepted_tokens:
             raise ValueError("spec/num_accepted_tokens differs from the sum of spec/num_accepted_tokens_per_pos")
         return out
+
+
+# ---- Intervals on a rate -------------------------------------------------------------------------------
+def rate_interval(successes: float, trials: float, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of successes / trials (95% at z = 1.96); (nan, nan) over no trials.
+
+    Wilson rather than p ± z·SE because acceptance sits near 0 or 1 where the latter leaves [0, 1]. It treats the
+    trials as independent: draft tokens of one verify step are not (after a rejection the rest go untested), so
+    over draft tokens it is narrower than the truth: a lower bound on the uncertainty."""
+    if trials <= 0:
+        return math.nan, math.nan
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)  # exact Wilson bounds lie in [0, 1]; rounding may not
+
+
+def rate_difference_interval(k1: float, n1: float, k2: float, n2: float, z: float = 1.96) -> tuple[float, float]:
+    """Interval of k1/n1 - k2/n2 from the two Wilson intervals (Newcombe's hybrid score method, 95% at z = 1.96);
+    a difference whose interval holds 0 is inside the noise. Independent samples assumed, as in `rate_interval`."""
+    (l1, u1), (l2, u2) = rate_interval(k1, n1, z), rate_interval(k2, n2, z)
+    p1, p2 = _ratio(k1, n1), _ratio(k2, n2)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 # ---- Pooled rates --------------------------------------------------------------------------------------

@@ -492,7 +492,7 @@ def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, caps
     run = load_run(tmp_path / "run")
     assert list(run.streams["train"]["step"]) == [0, 1, 2]
     assert run.meta["config"]["task"] == "agent" and run.meta["head"] == "e2e_tv"
-    assert "streamlit run app/main.py" in capsys.readouterr().out
+    assert f"bebop dashboard --runs {tmp_path}" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="--head"):
         cli.run(parser.parse_args(["--policy", str(policy_dir), "--out", str(tmp_path / "r2"), "--head", "nope"]))
 

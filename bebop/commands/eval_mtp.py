@@ -11,6 +11,11 @@ generated sequences (the chain fed with the emitted tokens, `MTPHead.chain` at d
 d_TV = 1 - `acceptance_alpha` at the same temperature, averaged over the policy-written anchors. It is
 the RS acceptance the head would have along those sequences, whatever method drafted them.
 
+Every acceptance rate printed carries its counts and a 95% interval, and every difference between heads or
+methods says when its own 95% interval holds 0 ("noise"): `bebop.metrics.rate_interval` and
+`rate_difference_interval`, binomial over draft tokens, so the real uncertainty is larger, never smaller. The
+entropy-law fit needs at least 3 distinct draft entropies (temperatures x tasks); with fewer it says so.
+
 Run directory (kind "eval-mtp"):
     table.csv / table.json   one row per (task, temperature, head, method)
     table2.csv               Table 2 layout: RS acceptance % at the temperature nearest 1, heads x tasks
@@ -49,7 +54,7 @@ from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.losses import acceptance_alpha
-from bebop.metrics import derive, fit_entropy_law
+from bebop.metrics import derive, fit_entropy_law, rate_difference_interval, rate_interval
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 from bebop.runlog import RunWriter
@@ -59,6 +64,7 @@ EVAL_SEED = 3_000_017  # held-out prompts, disjoint from pretraining, train-mtp 
 # A sweep's temperatures are > 0, where "greedy" is not the policy's distribution (it is what both other methods
 # become at T = 0): a sweep compares the rest.
 SWEPT_METHODS = tuple(m for m in METHODS if m != "greedy")
+MIN_FIT_POINTS = 3  # distinct draft entropies (temperatures x tasks) an entropy-law fit needs
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
         "d_tv_mean": sum(dtv) / len(dtv),
         **{f"d_tv_pos/{i}": v for i, v in enumerate(dtv)},
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
+        "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
         "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
         "reward": sum(task.rewards(examples, [tokenizer.decode(c.tokens) for c in completions])) / len(examples),
     }
@@ -201,8 +208,8 @@ def fit_slopes(rows: list[dict]) -> list[dict]:
     for head, method in dict.fromkeys((r["head"], r["method"]) for r in rows):
         points = [r for r in rows if r["head"] == head and r["method"] == method
                   and math.isfinite(r["draft_entropy_mean"]) and math.isfinite(r["acceptance_rate"])]
-        if len({round(r["draft_entropy_mean"], 9) for r in points}) < 3:
-            continue  # the entropy law needs at least 3 distinct entropies
+        if len({round(r["draft_entropy_mean"], 9) for r in points}) < MIN_FIT_POINTS:
+            continue  # a line through 2 points always fits: no test of the law, and no interval on its slope
         fit = fit_entropy_law([r["draft_entropy_mean"] for r in points], [r["acceptance_rate"] for r in points],
                               n_bootstrap=200)
         fits.append({"head": head, "method": method, "slope": fit.slope, "intercept": fit.intercept,
@@ -210,14 +217,19 @@ def fit_slopes(rows: list[dict]) -> list[dict]:
     return fits
 
 
-def table2(rows: list[dict]) -> tuple[float, list[dict]]:
-    """RS acceptance (%) per head x task at the temperature nearest 1 (the paper's Table 2 layout)."""
+def _table2_cells(rows: list[dict]) -> tuple[float, dict[tuple[str, str], dict]]:
+    """(temperature nearest 1, {(head, task): row}) of the RS rows (all rows when none is RS)."""
     rs = [r for r in rows if r["method"] == "rs"] or rows
     temperature = min({r["temperature"] for r in rs}, key=lambda t: abs(t - 1.0))
+    return temperature, {(r["head"], r["task"]): r for r in rs if r["temperature"] == temperature}
+
+
+def table2(rows: list[dict]) -> tuple[float, list[dict]]:
+    """RS acceptance (%) per head x task at the temperature nearest 1 (the paper's Table 2 layout)."""
+    temperature, cells = _table2_cells(rows)
     out = {}
-    for r in rs:
-        if r["temperature"] == temperature:
-            out.setdefault(r["head"], {"head": r["head"]})[r["task"]] = 100 * r["acceptance_rate"]
+    for (head, task), r in cells.items():
+        out.setdefault(head, {"head": head})[task] = 100 * r["acceptance_rate"]
     return temperature, list(out.values())
 
 
@@ -238,27 +250,85 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def acceptance_cell(row: dict) -> str:
+    """Acceptance % with its 95% interval and counts, e.g. "67.1 [65.0, 69.1] 1342/2000"."""
+    k, n = row["num_accepted_tokens"], row["num_draft_tokens"]
+    lo, hi = rate_interval(k, n)
+    return f"{100 * row['acceptance_rate']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] {k}/{n}"
+
+
+def delta_cell(row: dict, ref: dict | None) -> str:
+    """row's acceptance minus ref's in points, "noise" when the difference's 95% interval holds 0."""
+    if ref is None or ref is row:
+        return ""
+    lo, hi = rate_difference_interval(row["num_accepted_tokens"], row["num_draft_tokens"],
+                                      ref["num_accepted_tokens"], ref["num_draft_tokens"])
+    return f"{100 * (row['acceptance_rate'] - ref['acceptance_rate']):+.1f}" + (" noise" if lo <= 0 <= hi else "")
+
+
+def _reference(rows: list[dict], row: dict, vary: str) -> dict:
+    """The first row that differs from `row` only in `vary` ("head" or "method"): what its delta is against."""
+    same = [k for k in ("task", "temperature", "head", "method") if k != vary]
+    return next(r for r in rows if all(r[k] == row[k] for k in same))
+
+
 def print_tables(rows: list[dict], fits: list[dict], console: Console | None = None) -> None:
-    console = console or Console()
-    table = Table(title="MTP acceptance (engine counters; d_TV teacher-forced)")
-    for col in ("task", "T", "head", "method", "accept %", "accept len", "H(p) draft", "d_TV", "tok/s"):
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=180)  # logs and pipes: keep every column readable
+    _print_acceptance(rows, console)
+    _print_table2(rows, console)
+    _print_fits(rows, fits, console)
+
+
+def _print_acceptance(rows: list[dict], console: Console) -> None:
+    heads, methods = (list(dict.fromkeys(r[k] for r in rows)) for k in ("head", "method"))
+    table = Table(title="MTP acceptance (engine counters; d_TV teacher-forced)",
+                  caption="95% interval: Wilson over draft tokens, which are correlated within a step, so the true "
+                          "one is wider; noise: the difference's 95% interval holds 0")
+    for col in ("task", "T", "head", "method", "accept % [95% CI] accepted/drafted", "accept len", "H(p) draft", "d_TV",
+                "tok/s"):
         table.add_column(col, justify="right")
+    extra = [("head", f"Δ vs {heads[0]}")] * (len(heads) > 1)
+    extra += [("method", f"Δ vs {methods[0]}")] * (len(methods) > 1)
+    for _, title in extra:
+        table.add_column(title, justify="right")
     for r in rows:
-        table.add_row(r["task"], f"{r['temperature']:g}", r["head"], r["method"], f"{100 * r['acceptance_rate']:.1f}",
-                      f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}",
-                      f"{r['tokens_per_s']:.0f}")
+        table.add_row(r["task"], f"{r['temperature']:g}", r["head"], r["method"], acceptance_cell(r),
+                      f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}", f"{r['tokens_per_s']:.0f}",
+                      *(delta_cell(r, _reference(rows, r, vary)) for vary, _ in extra))
     console.print(table)
-    temperature, t2 = table2(rows)
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    base = next((r for r in t2 if r["head"] == "ce"), None)
-    pivot = Table(title=f"Table 2 layout: RS acceptance % at T={temperature:g} (delta vs ce)")
+
+
+def _print_table2(rows: list[dict], console: Console) -> None:
+    temperature, cells = _table2_cells(rows)
+    tasks = list(dict.fromkeys(task for _, task in cells))
+    heads = list(dict.fromkeys(head for head, _ in cells))
+    base = "ce" if "ce" in heads else None
+    pivot = Table(title=f"Table 2 layout: RS acceptance % [95% CI] accepted/drafted at T={temperature:g}",
+                  caption="then the difference from ce in points (noise: its 95% interval holds 0)" if base else None)
     pivot.add_column("head")
     for task in tasks:
         pivot.add_column(task, justify="right")
-    for r in t2:
-        cells = [f"{r[t]:.1f}" if base is None or r is base else f"{r[t] - base[t]:+.1f}" for t in tasks]
-        pivot.add_row(r["head"], *cells)
+    for head in heads:
+        row_cells = [cells.get((head, task)) for task in tasks]
+        pivot.add_row(head, *("" if r is None else f"{acceptance_cell(r)} {delta_cell(r, cells.get((base, task)))}"
+                              for r, task in zip(row_cells, tasks)))
     console.print(pivot)
+
+
+def _print_fits(rows: list[dict], fits: list[dict], console: Console) -> None:
+    fitted = {(f["head"], f["method"]) for f in fits}
+    missing = [pair for pair in dict.fromkeys((r["head"], r["method"]) for r in rows) if pair not in fitted]
+    if missing:  # say why, rather than print an empty table
+        points = max(len({round(r["draft_entropy_mean"], 9) for r in rows if (r["head"], r["method"]) == pair
+                          and math.isfinite(r["draft_entropy_mean"])}) for pair in missing)
+        names = ", ".join(f"{head} {method}" for head, method in missing)
+        console.print(f"entropy law: no fit for {names}: a fit needs >= {MIN_FIT_POINTS} temperatures (distinct "
+                      f"draft entropies), this sweep has {points}", soft_wrap=True)
+    if not fits:
+        return
     fit_table = Table(title="entropy law over the sweep: acceptance = a + slope·H")
     for col in ("head", "method", "slope", "95% CI", "r2", "points"):
         fit_table.add_column(col, justify="right")

@@ -5,7 +5,7 @@
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
 
 The policy is the embedded default unless `--policy DIR` names a checkpoint in the Hugging Face layout with
-its tokenizer; `--head` picks the MTP head: a name of the policy's heads ("e2e_tv", "ce") or a directory
+its tokenizer; `--head` picks the MTP head: a name of the policy's heads (`bebop rl --help` lists them) or a directory
 written by `bebop.models.checkpoint.save_head` (`bebop.commands.policy` reads both).
 Async is the default mode; `--sync` runs generation and update one after the other.
 """
@@ -19,28 +19,54 @@ from bebop.commands.policy import HEAD_NAMES, load_policy
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 
 
+def _preset_default(field: str) -> str:
+    """Help text for a flag that overrides a preset's field: each preset's own value, read from RLConfig."""
+    return "default: the preset's (" + ", ".join(f"{p} {getattr(RLConfig.preset(p), field)}" for p in PRESETS) + ")"
+
+
+def head_names() -> list[str]:
+    """The names `--head` takes with the embedded default: its shipped heads and the names that pick the head in a
+    policy's own checkpoint. Read off the package's files, as `bebop.default.shipped_heads` does, because importing
+    that module loads torch, and the help text must not."""
+    heads = Path(__file__).resolve().parents[1] / "assets" / "default" / "heads"
+    shipped = [p.name for p in heads.iterdir() if (p / "head.json").is_file()] if heads.is_dir() else []
+    return sorted({*HEAD_NAMES, *shipped})
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="quick", help=f"one of {list(PRESETS)}")
-    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)}")
-    parser.add_argument("--rollout", default="rs", help=f"one of {list(ROLLOUTS)} (none = no MTP)")
-    parser.add_argument("--mtp", default="frozen", help=f"one of {list(MTP_STRATEGIES)}")
+    parser.add_argument("--preset", default="quick", help=f"one of {list(PRESETS)} (default: %(default)s)")
+    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)} (default: %(default)s)")
+    parser.add_argument("--rollout", default="rs",
+                        help=f"one of {list(ROLLOUTS)}; none = plain decoding, no MTP (default: %(default)s)")
+    parser.add_argument("--mtp", default="frozen",
+                        help=f"what RL does to the head: one of {list(MTP_STRATEGIES)} (default: %(default)s)")
     parser.add_argument("--sync", action="store_true", help="no overlap of generation and update (default: async)")
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--policy", type=Path, default=None, help="policy checkpoint dir (default: the embedded default)")
-    parser.add_argument("--head", default="e2e_tv", help=f"MTP head: {list(HEAD_NAMES)} or a save_head directory")
-    parser.add_argument("--steps", type=int, default=None, help="override the preset's number of steps")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--gamma", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--policy", type=Path, default=None,
+                        help="policy checkpoint dir in the Hugging Face layout (default: the embedded default)")
+    parser.add_argument("--head", default="e2e_tv",
+                        help=f"MTP head: a head of the policy (the embedded default has {head_names()}) or a save_head "
+                             "directory (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=None, help=f"RL steps; {_preset_default('steps')}")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"seed of the prompts and of sampling (each step's a function of it); "
+                             f"{_preset_default('seed')}")
+    parser.add_argument("--lr", type=float, default=None,
+                        help=f"the policy's AdamW learning rate; {_preset_default('lr')}")
+    parser.add_argument("--gamma", type=int, default=None,
+                        help=f"draft depth γ of TO/RS rollouts and of the online head's loss; "
+                             f"{_preset_default('gamma')}")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per phase (default: half the cores each for generation and update)")
     parser.add_argument("--gen-dtype", choices=("auto", "fp32", "bf16"), default=None,
-                        help="the rollout snapshot's dtype (default: the preset's; auto = bf16 where this CPU runs it "
-                             "natively, else fp32; bf16 runs on every CPU, slowly where it is emulated)")
+                        help="the rollout snapshot's dtype: auto = bf16 where this CPU runs it natively, else fp32; "
+                             f"bf16 runs on every CPU, slowly where it is emulated; {_preset_default('gen_dtype')}")
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
-                        help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once)")
+                        help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once); "
+                             f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
@@ -52,10 +78,40 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
                            mode="sync" if args.sync else "async", **overrides)
 
 
+def check_out(out: Path, resume: bool) -> None:
+    """Refuse a bad --out before any model loads (the trainer would refuse it too, but only after loading)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory")
+    if resume and not out.is_dir():
+        raise FileNotFoundError(f"cannot --resume: --out {out} does not exist")
+    if not resume and out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"--out {out} is not empty: pass --resume to continue that run, or choose a new directory "
+                         "(an existing run is never overwritten)")
+
+
+def finished_step(out: Path, config: RLConfig) -> int | None:
+    """The last step of a run in `out` that finished all of `config.steps` (None if it has more to do): resuming it
+    would load the model only to log nothing. A larger --steps continues it."""
+    from bebop.runlog.write import read_json
+
+    status = out / "status.json"
+    state = read_json(status) if status.is_file() else {}
+    step = state.get("step")
+    done = state.get("state") == "finished" and isinstance(step, int) and step + 1 >= config.steps
+    return step if done else None
+
+
 def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)  # bad names and values fail here, before any model is loaded
+    check_out(args.out, args.resume)
+    watch = f"watch it: bebop dashboard --runs {args.out.parent}"
+    if args.resume and (last := finished_step(args.out, config)) is not None:
+        print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "
+              "pass a larger --steps to continue it")
+        print(watch)
+        return 0
     from bebop.rl.trainer import Trainer
 
-    config = config_from_args(args)  # bad names fail here, before any model is loaded
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
     trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
                       progress=not args.no_progress, meta_extra={"head": args.head if config.uses_head else None})
@@ -65,5 +121,5 @@ def run(args: argparse.Namespace) -> int:
         first = trainer.history[0]
         print(f"{args.out}: steps {first['step']}-{last['step']}, reward {first['critic/score/mean']:.3f} -> "
               f"{last['critic/score/mean']:.3f}, step time {last['timing_s/step']:.2f}s")
-    print(f"watch it: streamlit run app/main.py   (run directory: {args.out})")
+    print(watch)
     return 0

@@ -76,6 +76,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad numbers before torch builds a model: each would otherwise fail deep inside a cell, after the load."""
+    for flag, values in (("--batch", args.batch), ("--gamma", args.gamma)):
+        if any(v < 1 for v in values):  # γ = 0, plain decoding, is measured in every batch anyway
+            raise ValueError(f"{flag} values must be >= 1, got {values}")
+    for flag in ("--new-tokens", "--small-new-tokens", "--prompt-len", "--repeats"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+
+
 def _interleaved(cells: dict, repeats: int) -> dict:
     """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
     one run of every cell, so a slow patch of a shared machine hits all cells of a round alike."""
@@ -263,6 +276,7 @@ def print_table(records: list[dict]) -> None:
 
 
 def run(args) -> int:
+    check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     records = []

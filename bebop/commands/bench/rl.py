@@ -64,6 +64,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the ceiling of MTP on this machine)")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag)."""
+    bad = [t for t in args.tasks if t not in TASKS]
+    if bad:
+        raise ValueError(f"unknown task(s) {bad}; valid names: {list(TASKS)}")
+    for flag in ("--steps", "--max-new-tokens", "--gamma", "--repeats"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if any(p < 1 for p in args.prompts):
+        raise ValueError(f"--prompts values must be >= 1, got {args.prompts}")
+    if args.group < 2:
+        raise ValueError(f"--group must be >= 2 (GRPO compares completions within a group), got {args.group}")
+    if args.micro_batch_tokens < 0:
+        raise ValueError(f"--micro-batch-tokens must be >= 0 (0 = the whole batch), got {args.micro_batch_tokens}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+
+
 def summarize(records: list[dict], skip: int = 1) -> dict:
     """Medians of the per-step timings, means of reward/entropy, pooled spec rates.
 
@@ -163,9 +182,7 @@ def print_table(results: list[dict]) -> None:
 def run(args: argparse.Namespace) -> int:
     from bebop.default import load_default
 
-    bad = [t for t in args.tasks if t not in TASKS]
-    if bad:
-        raise ValueError(f"unknown task(s) {bad}; valid names: {list(TASKS)}")
+    check_args(args)
     default = load_default(path=args.policy)
     if args.self_draft:
         default = self_draft_default(default, args.self_draft)
