@@ -39,7 +39,7 @@ def test_demo_runs_both_jobs_and_prints_the_summary(policy_dir, tmp_path, capsys
                  "--max-new-tokens", "16", "--out", str(tmp_path / "runs"), "--threads", "1")
     assert demo.run(args) == 0
     out = capsys.readouterr().out
-    assert "end-to-end speedup" in out and "streamlit run app/main.py" in out and "accept length" in out
+    assert "end-to-end speedup" in out and "bebop dashboard --runs" in out and "accept length" in out
     assert "4 rows decode together" in out and "--self-draft" in out
     runs = list_runs(tmp_path / "runs")
     assert sorted(r.path.name for r in runs) == ["mtp-rs-e2e_tv", "no-mtp"]

@@ -9,7 +9,7 @@ then prints what changed: reward and entropy (the same, up to sampling noise: re
 lossless), the accept length of the speculative run, and the step and rollout times, whose ratio is the
 end-to-end speedup. Both runs land under `--out` (default ./runs), so the dashboard shows them:
 
-    streamlit run app/main.py
+    bebop dashboard --runs runs
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int) -> None:
                   "of agentic rollouts): [bold]bebop demo --prompts 1[/bold] decodes one group; "
                   "[bold]bebop bench rl --self-draft policy[/bold] measures what a perfect draft head would reach here")
     console.print("runs: " + ", ".join(str(d) for d in dirs))
-    console.print("where to look: [bold]streamlit run app/main.py[/bold]  (acceptance vs entropy, per-position "
-                  "acceptance, step times, samples)")
+    # The runs' root (what `bebop dashboard` lists), not app/main.py: that path exists only in a clone.
+    console.print(f"where to look: [bold]bebop dashboard --runs {dirs[0].parents[1]}[/bold]  (acceptance vs entropy, "
+                  "per-position acceptance, step times, samples)")
 
 
 def run(args: argparse.Namespace) -> int:
