@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    overrides = {k: getattr(args, k) for k in ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype")
-                 if getattr(args, k) is not None}
+    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype")
+    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
