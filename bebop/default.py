@@ -55,14 +55,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+# The models (and torch) load in load_default only: the command line's help texts read DEFAULT_DIR and
+# shipped_heads without them.
+if TYPE_CHECKING:
+    import torch
 
-from bebop.data.tokenizer import CharTokenizer, load_tokenizer
-from bebop.device import resolve_dtype
-from bebop.models.checkpoint import load_head, load_pretrained
-from bebop.models.mtp import MTPHead
-from bebop.models.transformer import Transformer
+    from bebop.data.tokenizer import CharTokenizer
+    from bebop.models.mtp import MTPHead
+    from bebop.models.transformer import Transformer
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "default"
 HEADS_DIR = DEFAULT_DIR / "heads"
@@ -86,6 +88,10 @@ def shipped_heads(path: Path = DEFAULT_DIR) -> list[str]:
 def load_default(*, dtype: torch.dtype | str | None = None, device: torch.device | str | None = None,
                  path: str | Path | None = None) -> Default:
     """Load the shipped policy, tokenizer and heads (bf16 where the CPU is fast at it, else fp32)."""
+    from bebop.data.tokenizer import load_tokenizer
+    from bebop.device import resolve_dtype
+    from bebop.models.checkpoint import load_head, load_pretrained
+
     root = Path(path) if path is not None else DEFAULT_DIR
     if not (root / "config.json").is_file():
         raise FileNotFoundError(f"no default checkpoint at {root}: reinstall bebop or run `bebop pretrain --out {root}`")

@@ -26,11 +26,10 @@ def _preset_default(field: str) -> str:
 
 def head_names() -> list[str]:
     """The names `--head` takes with the embedded default: its shipped heads and the names that pick the head in a
-    policy's own checkpoint. Read off the package's files, as `bebop.default.shipped_heads` does, because importing
-    that module loads torch, and the help text must not."""
-    heads = Path(__file__).resolve().parents[1] / "assets" / "default" / "heads"
-    shipped = [p.name for p in heads.iterdir() if (p / "head.json").is_file()] if heads.is_dir() else []
-    return sorted({*HEAD_NAMES, *shipped})
+    policy's own checkpoint."""
+    from bebop.default import shipped_heads
+
+    return sorted({*HEAD_NAMES, *shipped_heads()})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
