@@ -133,8 +133,8 @@ def _embedded_note(stored: MTPHead | None) -> str:
 
 def head_label(spec: str) -> str:
     """What a job calls the head `spec` names: LABEL of LABEL=SPEC, a directory's last part, else the name."""
-    label, sep, where = spec.partition("=")
-    return label if sep else Path(where).name
+    label, sep, _ = spec.partition("=")
+    return label if sep else Path(spec).name
 
 
 def resolve_heads(specs: Sequence[str], model: Transformer, *, root: str | os.PathLike | None = None,
