@@ -120,15 +120,16 @@ def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stor
     if stored is not None and spec in (EMBEDDED, stored.objective):
         return stored if dtype is None else stored.to(dtype)
     if not Path(spec).expanduser().is_dir():
-        raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {root} (heads/: {names}; "
-                                f"{_embedded_note(stored)}); --head / --heads take one of those or a save_head directory")
+        raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {Path(root) / 'heads'} ({names}) "
+                                f"nor its checkpoint's ({_embedded_note(stored)}); --head / --heads take one of those "
+                                "or a save_head directory")
     return load_head(Path(spec).expanduser(), model.config, dtype=dtype)
 
 
 def _embedded_note(stored: MTPHead | None) -> str:
     if stored is None:
-        return "its checkpoint stores no head"
-    return f"its checkpoint stores one: '{EMBEDDED}'" + (f" or '{stored.objective}'" if stored.objective else "")
+        return "it stores none"
+    return f"'{EMBEDDED}'" + (f" or '{stored.objective}'" if stored.objective else "")
 
 
 def head_label(spec: str) -> str:
