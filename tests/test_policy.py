@@ -167,3 +167,32 @@ def test_a_hub_id_offline_is_one_clear_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bebop: error: ") and "bebop-tests/no-such-model" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_bench_engine_times_a_policy_with_its_own_head(policies, tmp_path, monkeypatch):
+    import bebop.commands.bench.engine as engine
+
+    def no_self_draft(*args, **kwargs):
+        raise AssertionError("--policy alone built a random-init self-draft pair")
+
+    monkeypatch.setattr(engine, "self_draft_pair", no_self_draft)
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--policy", str(policies["full"]), "--head", "x", "--batch", "1", "--gamma", "2",
+                 "--new-tokens", "8", "--prompt-len", "4", "--repeats", "1", "--no-compile", "--dtype", "fp32",
+                 "--threads", "1", "--json", str(path)]) == 0
+    records = json.loads(path.read_text())
+    assert {r["model"] for r in records} == {"policy"}  # --policy alone times no random-init shape
+    assert {(r["engine"], r["mode"]) for r in records} == {("bebop", "plain"), ("bebop", "to"), ("bebop", "rs"),
+                                                           ("hf", "plain"), ("hf", "assisted")}
+    assert all(0 <= r["acceptance_rate"] <= 1 for r in records if r["mode"] in ("to", "rs"))
+
+
+def test_bench_engine_checks_the_head_before_timing_anything(policies, monkeypatch, capsys):
+    import bebop.commands.bench.engine as engine
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a model was timed before the head was found")
+
+    monkeypatch.setattr(engine, "bench_model", no_timing)
+    assert main(["bench", "engine", "--models", "tiny", "--policy", str(policies["full"]), "--head", "nope"]) == 2
+    assert "['x']" in _one_error_line(capsys)
