@@ -97,16 +97,6 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
     return model, load_tokenizer(root), root, stored
 
 
-def head_names(root: str | os.PathLike, stored: MTPHead | None = None) -> list[str]:
-    """The head specs that name a head of the policy at `root` (its heads/ names, then the embedded head's)."""
-    from bebop.default import shipped_heads
-
-    names = shipped_heads(Path(root))
-    if stored is not None:
-        names += [EMBEDDED] + ([stored.objective] if stored.objective and stored.objective not in names else [])
-    return names
-
-
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,
                  dtype: torch.dtype | None = None) -> MTPHead:
     """The head `spec` names for `model` (see the module docstring): a name under `root`/heads, else `stored` (the

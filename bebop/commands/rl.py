@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, head_names, load_policy
-from bebop.default import DEFAULT_DIR
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
+from bebop.default import shipped_heads
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv",
-                        help=f"MTP head: {HEAD_HELP}; the embedded default has {head_names(DEFAULT_DIR)} "
+                        help=f"MTP head: {HEAD_HELP}; the embedded default has {shipped_heads()} "
                              "(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=None, help=f"RL steps; {_preset_default('steps')}")
     parser.add_argument("--seed", type=int, default=None,
