@@ -197,3 +197,11 @@ def test_bench_engine_checks_the_head_before_timing_anything(policies, monkeypat
     monkeypatch.setattr(engine, "bench_model", no_timing)
     assert main(["bench", "engine", "--models", "tiny", "--policy", str(policies["full"]), "--head", "nope"]) == 2
     assert "['x']" in _one_error_line(capsys)
+
+
+def test_rl_runs_with_the_embedded_head_of_a_random_policy(policies, tmp_path):
+    run = tmp_path / "run"
+    assert main(["rl", "--out", str(run), "--policy", str(policies["full"]), "--head", EMBEDDED, "--steps", "1",
+                 "--no-progress", "--threads", "1"]) == 0
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["head"] == EMBEDDED
