@@ -1,9 +1,10 @@
 """`bebop demo`: the paper's end-to-end claim on your laptop, in a few minutes.
 
-On the embedded default policy it runs the same short GRPO job twice (async, same seed and prompts):
+On the embedded default policy (or `--policy`: a checkpoint directory or hub id, with `--head` found by the rules
+of `bebop.commands.policy`) it runs the same short GRPO job twice (async, same seed and prompts):
 
     1. rollouts by plain decoding (no MTP)
-    2. rollouts by MTP speculative decoding with rejection sampling, the e2e TV head kept frozen
+    2. rollouts by MTP speculative decoding with rejection sampling, the head (e2e TV by default) kept frozen
 
 then prints what changed: reward and entropy (the same, up to sampling noise: rejection sampling is
 lossless), the accept length of the speculative run, and the step and rollout times, whose ratio is the
@@ -18,6 +19,7 @@ import argparse
 import time
 from pathlib import Path
 
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
 
@@ -28,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("runs"), help="runs root the dashboard reads")
-    parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
+    parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
 
@@ -54,11 +57,11 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
     ]
 
 
-def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int) -> None:
+def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int, head: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="GRPO, same seed: plain decoding vs MTP + rejection sampling (e2e TV head, frozen)")
+    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + rejection sampling ({head} head, frozen)")
     table.add_column("")
     table.add_column("no MTP", justify="right")
     table.add_column("MTP + RS", justify="right")
@@ -80,18 +83,18 @@ def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bebop.commands.bench.rl import run_once, summarize
-    from bebop.default import load_default
+    from bebop.commands.policy import head_label, load_policy_heads
+    from bebop.device import resolve_dtype
 
     config = demo_config(args)
-    default = load_default(path=args.policy)
-    if "e2e_tv" not in default.heads:
-        raise ValueError(f"the default has no e2e_tv head (found {sorted(default.heads)})")
+    policy = load_policy_heads(args.policy, [args.head], dtype=resolve_dtype(None, "cpu"))
+    label = head_label(args.head)
     root = args.out / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     summaries, dirs = [], []
-    for rollout, head in (("none", None), ("rs", "e2e_tv")):
-        run_dir = root / ("no-mtp" if rollout == "none" else "mtp-rs-e2e_tv")
-        records = run_once(default, config.replace(rollout=rollout), head, run_dir)
+    for rollout, head in (("none", None), ("rs", label)):
+        run_dir = root / ("no-mtp" if rollout == "none" else f"mtp-rs-{label}")
+        records = run_once(policy, config.replace(rollout=rollout), head, run_dir)
         summaries.append(summarize(records))
         dirs.append(run_dir)
-    print_summary(*summaries, dirs, config.batch_size)
+    print_summary(*summaries, dirs, config.batch_size, label)
     return 0
