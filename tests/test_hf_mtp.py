@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from bebop.models import MTPHead, ModelConfig, Transformer, save_for_transformers
+from bebop.models import ModelConfig, MTPHead, Transformer, save_for_transformers
 from bebop.models.hf_mtp import transformers_mtp_config
 
 transformers = pytest.importorskip("transformers")

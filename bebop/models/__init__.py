@@ -7,5 +7,5 @@ from bebop.models.kvcache import KVCache
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 
-__all__ = ["KVCache", "MTPHead", "ModelConfig", "Transformer", "load_head", "load_pretrained", "save_head",
-           "save_for_transformers", "save_pretrained"]
+__all__ = ["KVCache", "MTPHead", "ModelConfig", "Transformer", "load_head", "load_pretrained", "save_for_transformers",
+           "save_head", "save_pretrained"]

@@ -16,13 +16,15 @@ whatever its config says. The class whose math is Qwen3's exactly and which decl
     MtpLayer: post_norm(block(eh_proj([enorm(emb) ; hnorm(h)])))   = norm(layer(fc([norm_e(emb) ; norm_h(h)])))
     mtp.fc / pre_fc_norm_* / layers.0 / norm                       read by transformers' "MtpModel" renames
 
-Tensors keep the names `save_pretrained` writes; only config.json differs (model_type "mellum"). One difference
-that does not change the numbers: transformers places the step-1 entry pairing (h_i, y_{i+1}) at RoPE position
-i+1, bebop at i; every query and key moves by the same one, and RoPE attention depends only on their difference.
+Tensors keep the names `save_pretrained` writes; only config.json differs (model_type "mellum", so this
+directory is for transformers: `load_pretrained` reads Qwen3 configs). One difference that changes only fp32
+rounding: transformers places the step-1 entry pairing (h_i, y_{i+1}) at RoPE position i+1, bebop at i; every
+query and key moves by the same one, and RoPE attention depends only on their difference.
 
 What transformers does not do: recursion. `num_mtp_layers` is the number of distinct MTP modules, one draft token
 each, and Mellum allows one, so `generate(use_mtp=True)` drafts one token per step with bebop's head (its depth-1
-draft), where bebop's engine applies the same head `gamma` times.
+draft), where bebop's engine applies the same head `gamma` times. transformers' assisted decoding, this path
+included, runs batch 1 only.
 """
 
 from __future__ import annotations
