@@ -6,10 +6,8 @@ vocabulary, forward and backward:
     plain   softmax -> 0.5·Σ|p - q| through autograd: keeps several [N, V] float32 tensors alive
     tiled   bebop.tv_tiled: two streaming passes, backward recomputes q and p per tile
 
-Each variant runs in a fresh Python process so one cannot inherit the other's memory. Peak memory
-is measured above a baseline taken after the inputs exist: on CUDA with
-torch.cuda.max_memory_allocated, on CPU as the kernel's resident-set high-water mark (VmHWM in
-/proc/self/status, reset through /proc/self/clear_refs once the inputs are allocated). Both include
+Each variant runs in a fresh Python process (`bebop.commands.bench.worker`: peak above a baseline taken
+once the inputs exist, CUDA's allocator peak or the CPU's resident-set high-water mark). Both include
 the [N, V] gradient that any method must return. On CPU the RSS also holds what the C allocator
 keeps resident after a free, so it bounds the live tensors from above (for the tiled variant at
 V = 32768, N = 2048 about 450 MiB, against 310 MiB, i.e. gradient + a few blocks, when
@@ -21,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.losses import tv_distance
 from bebop.sampling import probs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
@@ -58,10 +55,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--vocab sizes must be >= 1, got {args.vocab}")
     if not args.temperature > 0:
         raise ValueError(f"--temperature must be > 0, got {args.temperature}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device}: CUDA is not available here")
-    if args.device == "cpu" and not Path("/proc/self/clear_refs").exists():
-        raise ValueError("--device cpu measures peak RSS through /proc/self/clear_refs (Linux only)")
+    check_peak_supported(args.device)
 
 
 # ------------------------------------------------------------------------------------ worker side
@@ -84,29 +78,6 @@ def _overlap(variant: str, draft: torch.Tensor, target: torch.Tensor, spec: dict
     return 1.0 - tv_distance(p, q)  # [N]
 
 
-def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak(device: str) -> int:
-    """Start a fresh peak window; returns the baseline in bytes."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        return torch.cuda.memory_allocated()
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-    return _rss_kib("VmRSS") * 1024
-
-
-def _peak(device: str) -> int:
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated()
-    return _rss_kib("VmHWM") * 1024
-
-
 def worker(spec: dict) -> dict:
     """One variant, one vocabulary, fresh process: times, peak memory, and samples for the check."""
     device = spec["device"]
@@ -114,7 +85,7 @@ def worker(spec: dict) -> dict:
     # Warm up on a few rows: lazy one-off allocations (kernels, thread pools) stay out of the peak.
     _overlap(spec["variant"], draft[:SAMPLE_ROWS], target[:SAMPLE_ROWS], spec).sum().backward()
     draft.grad = None
-    baseline = _reset_peak(device)
+    baseline = reset_peak(device)
     seconds = []
     for _ in range(spec["repeats"]):
         draft.grad = None  # each repeat allocates its own [N, V] gradient, as a training step would
@@ -124,24 +95,13 @@ def worker(spec: dict) -> dict:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-    peak = _peak(device) - baseline
+    peak_bytes = peak(device) - baseline
     rows = torch.linspace(0, spec["positions"] - 1, SAMPLE_ROWS).long().unique()
     torch.save({"value": value.detach().cpu(), "grad": draft.grad[rows].float().cpu()}, spec["sample_path"])
-    return {"seconds": seconds, "peak_bytes": peak}
+    return {"seconds": seconds, "peak_bytes": peak_bytes}
 
 
 # ------------------------------------------------------------------------------------ parent side
-
-def _spawn(spec: dict) -> dict:
-    cmd = [sys.executable, "-m", "bebop.commands.bench.losses", json.dumps(spec)]
-    # The worker must import this same bebop, installed or not.
-    root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{spec['variant']} worker (V={spec['vocab']}) failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
 
 def _measure(args: argparse.Namespace, vocab: int, scratch: Path) -> dict:
     row = {"vocab": vocab, "positions": args.positions, "tile": args.tile, "dtype": args.dtype}
@@ -152,7 +112,7 @@ def _measure(args: argparse.Namespace, vocab: int, scratch: Path) -> dict:
             "repeats": args.repeats, "device": args.device, "dtype": args.dtype,
             "temperature": args.temperature, "sample_path": str(scratch / f"{variant}-{vocab}.pt"),
         }
-        result = _spawn(spec)
+        result = spawn("bebop.commands.bench.losses", spec)
         row[f"{variant}_s"] = statistics.median(result["seconds"])
         row[f"{variant}_peak_mib"] = result["peak_bytes"] / 2**20
         samples[variant] = torch.load(spec["sample_path"])
