@@ -17,7 +17,7 @@ from bebop.cli import main
 def test_one_run_writes_every_variant_with_plain_values(tmp_path):
     path = tmp_path / "losses.json"
     assert main(["bench", "losses", "--vocab", "500", "--positions", "40", "--hidden-size", "16", "--repeats", "1",
-                 "--device", "cpu", "--json", str(path)]) == 0
+                 "--tile", "128", "--device", "cpu", "--json", str(path)]) == 0
     (row,) = json.loads(path.read_text())["results"]
     for variant in ("plain", "tiled", "hidden"):
         assert row[f"{variant}_s"] > 0 and row[f"{variant}_peak_mib"] >= 0

@@ -7,7 +7,9 @@ vocabulary, forward and backward, on the same logits: hidden states [N, d] times
             tensors alive
     tiled   bebop.tv_tiled on [N, V] logits: two streaming passes, backward recomputes q and p per tile
     hidden  bebop.losses.acceptance_alpha_from_hidden on the hidden states and the LM head: the logits
-            are made and dropped a chunk of rows at a time, and the gradient is [N, d], not [N, V]
+            are made and dropped a chunk of rows at a time, and the gradient is [N, d], not [N, V]. Its
+            time includes the LM head's matmuls (forward, the backward's recompute, and the gradient),
+            which plain and tiled receive done, so compare its time with `bench train-mtp`'s steps
 
 Each variant runs in a fresh Python process (`bebop.commands.bench.worker`: peak above a baseline taken
 once the inputs exist, CUDA's allocator peak or the CPU's resident-set high-water mark). The plain and
