@@ -19,6 +19,10 @@ and acceptance stops falling as the policy's entropy rises (PAPER §3).
 
 "tv" and "e2e_tv" use the vocabulary-tiled overlap of `bebop.tv_tiled` (never a full softmax);
 `tv_distance` is the plain reference. Everything is computed in float32 whatever the input dtype.
+
+`draft_loss` takes logits. At a real vocabulary (V = 151,936) [B, T, γ, V] float32 logits are gigabytes, so
+`draft_loss_from_hidden` takes the hidden states and the LM head instead: only valid anchors go through the
+LM head, a chunk of rows at a time, and backward recomputes each chunk's logits (same value and gradient).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from bebop.sampling import logprobs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
@@ -38,6 +44,10 @@ OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")
 # touches probabilities float32 cannot tell from zero, and caps their cost at 100 nats per unit of
 # q mass: large, finite, and with the gradient formula of the table unchanged.
 LOG_PROB_FLOOR = -100.0
+
+# Logit elements per chunk in the hidden-state path (`draft_loss_from_hidden`): one float32 [rows, V] chunk
+# stays near 32 MB, so the few such blocks a loss keeps alive per chunk are small next to any model.
+CHUNK_ELEMENTS = 1 << 23
 
 
 def tv_distance(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
@@ -99,42 +109,153 @@ def draft_loss(
     _check_temperature(temperature)
     batch, anchors = draft_logits.shape[:2]
     mask = _check_mask(mask, batch, anchors, draft_logits.device)
-    target_logits = target_logits.detach()
-    if objective == "ce":
-        per_anchor = _ce(draft_logits, _check_labels(labels, draft_logits.shape, mask), temperature)
-    elif objective == "kl":
-        per_anchor = _kl(draft_logits, target_logits, temperature)
-    elif objective == "rkl":
-        per_anchor = _rkl(draft_logits, target_logits, temperature)
-    else:
-        alpha = tv_overlap_tiled(draft_logits, target_logits, temperature)  # [B, T, γ]
-        if objective == "tv":
-            per_anchor = (1.0 - alpha).mean(-1)
-        else:
-            per_anchor = 1.0 - expected_accepted(alpha) / alpha.shape[-1]
+    labels = _check_labels(labels, draft_logits.shape, mask) if objective == "ce" else None
+    step_values = _step_values(objective, draft_logits, target_logits.detach(), labels, temperature)  # [B, T, γ]
+    per_anchor = _anchor_losses(objective, step_values)  # [B, T]
     # where(), not a product: a masked anchor's value never reaches the sum, nor its gradient.
     per_anchor = torch.where(mask, per_anchor, torch.zeros_like(per_anchor))  # [B, T]
     return per_anchor.sum() / mask.sum()
 
 
+def draft_loss_from_hidden(
+    draft_hidden: torch.Tensor,
+    target_hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    *,
+    objective: str,
+    labels: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """`draft_loss` of draft_logits = draft_hidden·Wᵀ and target_logits = target_hidden·Wᵀ, never holding
+    either whole: the path for real vocabularies, where [B, T, γ, V] logits do not fit.
+
+    draft_hidden   [B, T, γ, d]  the head's outputs h_k (`MTPHead.chain_hidden`)
+    target_hidden  [B, T, γ, d]  the backbone's hidden states at the aligned positions (`chain_targets` applied
+                                 to the hidden states); detached here
+    lm_head_weight [V, d]        the backbone's LM head W, frozen (detached here); logits are made in its dtype
+    labels, mask, temperature    as in `draft_loss`
+
+    Only valid anchors reach the LM head. Their M·γ (anchor, step) rows go through it `chunk_rows` at a time
+    (default about CHUNK_ELEMENTS / V), and each chunk is checkpointed: backward recomputes the chunk's logits
+    instead of keeping them, so the graph holds [M·γ, d] rows and per-row values, never [M·γ, V] logits.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
+    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
+    label_rows = None
+    if objective == "ce":
+        logits_shape = torch.Size((*draft_hidden.shape[:3], lm_head_weight.shape[0]))
+        label_rows = _check_labels(labels, logits_shape, mask)[mask].reshape(-1)  # [M·γ]
+    values = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
+                                  chunk_rows)  # [M·γ]
+    return _anchor_losses(objective, values.reshape(-1, draft_hidden.shape[2])).mean()  # mean over [M]
+
+
+def acceptance_alpha_from_hidden(
+    draft_hidden: torch.Tensor,
+    target_hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """`acceptance_alpha` from hidden states, chunked like `draft_loss_from_hidden`, at valid anchors only:
+    draft_hidden, target_hidden [B, T, γ, d], lm_head_weight [V, d], mask [B, T] -> float32 [M, γ] (anchors in
+    row-major order of the mask)."""
+    draft_rows, target_rows, _ = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
+    alpha = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows)
+    return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
+
+
+def _hidden_rows(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
+                 mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Checks the hidden-state path's inputs; returns the valid anchors' rows [M·γ, d] (draft, detached target)
+    and the mask [B, T]."""
+    if draft_hidden.dim() != 4:
+        raise ValueError(f"draft_hidden must be [B, T, γ, d], got shape {tuple(draft_hidden.shape)}")
+    if draft_hidden.shape != target_hidden.shape:
+        raise ValueError(
+            f"draft_hidden shape {tuple(draft_hidden.shape)} != target_hidden shape {tuple(target_hidden.shape)}"
+        )
+    if 0 in draft_hidden.shape:
+        raise ValueError(f"draft_hidden has an empty dim: shape {tuple(draft_hidden.shape)}")
+    dim = draft_hidden.shape[-1]
+    if lm_head_weight.dim() != 2 or lm_head_weight.shape[1] != dim or lm_head_weight.shape[0] == 0:
+        raise ValueError(f"lm_head_weight must be [V, d] with d = {dim}, got shape {tuple(lm_head_weight.shape)}")
+    for name, x in (("draft_hidden", draft_hidden), ("target_hidden", target_hidden), ("lm_head_weight", lm_head_weight)):
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor, got {x.dtype}")
+    mask = _check_mask(mask, *draft_hidden.shape[:2], draft_hidden.device)
+    return draft_hidden[mask].reshape(-1, dim), target_hidden.detach()[mask].reshape(-1, dim), mask
+
+
+def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor,
+                         lm_head_weight: torch.Tensor, label_rows: torch.Tensor | None, temperature: float,
+                         chunk_rows: int | None) -> torch.Tensor:
+    """`_step_values` of the rows' logits, `chunk_rows` rows at a time: rows [N, d] x2, labels [N] -> [N]."""
+    _check_temperature(temperature)
+    if chunk_rows is not None and not (isinstance(chunk_rows, int) and chunk_rows >= 1):
+        raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
+    weight = lm_head_weight.detach()  # [V, d]
+    rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+    values = []
+    for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):
+        labels = None if label_rows is None else label_rows[i * rows:(i + 1) * rows]  # [R]
+        # Non-reentrant checkpoint: forward frees the chunk's [R, V] logits; backward recomputes them.
+        values.append(checkpoint(_rows_step_values, objective, draft, target, weight, labels, temperature,
+                                 use_reentrant=False))  # [R]
+    return torch.cat(values)  # [N]
+
+
+def _rows_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor, weight: torch.Tensor,
+                      labels: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """One chunk: rows [R, d] through the LM head W [V, d] (in W's dtype), then `_step_values` -> [R]."""
+    draft_logits = F.linear(draft_rows.to(weight.dtype), weight)  # [R, V]
+    target_logits = F.linear(target_rows.to(weight.dtype), weight)  # [R, V]
+    return _step_values(objective, draft_logits, target_logits, labels, temperature)
+
+
+def _step_values(objective: str, draft_logits: torch.Tensor, target_logits: torch.Tensor,
+                 labels: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """Per (anchor, step): the loss for "ce" / "kl" / "rkl", the acceptance α for "tv" / "e2e_tv".
+    logits [..., V] (target detached), labels [...] -> float32 [...]."""
+    if objective == "ce":
+        return _ce(draft_logits, labels, temperature)
+    if objective == "kl":
+        return _kl(draft_logits, target_logits, temperature)
+    if objective == "rkl":
+        return _rkl(draft_logits, target_logits, temperature)
+    return tv_overlap_tiled(draft_logits, target_logits, temperature)
+
+
+def _anchor_losses(objective: str, step_values: torch.Tensor) -> torch.Tensor:
+    """Per anchor: [..., γ] step values (`_step_values`) -> [...] loss."""
+    if objective == "tv":
+        return (1.0 - step_values).mean(-1)
+    if objective == "e2e_tv":
+        return 1.0 - expected_accepted(step_values) / step_values.shape[-1]
+    return step_values.mean(-1)
+
+
 def _ce(draft_logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
-    draft_logp = logprobs_from_logits(draft_logits, temperature)  # [B, T, γ, V]
-    return -draft_logp.gather(-1, labels[..., None]).squeeze(-1).mean(-1)  # [B, T]
+    draft_logp = logprobs_from_logits(draft_logits, temperature)  # [..., V]
+    return -draft_logp.gather(-1, labels[..., None]).squeeze(-1)  # [...]
 
 
 def _kl(draft_logits: torch.Tensor, target_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    target_logp = logprobs_from_logits(target_logits, temperature)  # [B, T, γ, V]
+    target_logp = logprobs_from_logits(target_logits, temperature)  # [..., V]
     target_p = target_logp.exp()  # exact zeros stay zero: their terms vanish below
     draft_logp = logprobs_from_logits(draft_logits, temperature)
-    kl = (target_p * (target_logp.clamp(min=LOG_PROB_FLOOR) - draft_logp)).sum(-1)  # [B, T, γ]
-    return kl.mean(-1)
+    return (target_p * (target_logp.clamp(min=LOG_PROB_FLOOR) - draft_logp)).sum(-1)  # [...]
 
 
 def _rkl(draft_logits: torch.Tensor, target_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    target_logp = logprobs_from_logits(target_logits, temperature).clamp(min=LOG_PROB_FLOOR)  # [B, T, γ, V]
+    target_logp = logprobs_from_logits(target_logits, temperature).clamp(min=LOG_PROB_FLOOR)  # [..., V]
     draft_logp = logprobs_from_logits(draft_logits, temperature)
-    rkl = (draft_logp.exp() * (draft_logp - target_logp)).sum(-1)  # [B, T, γ]
-    return rkl.mean(-1)
+    return (draft_logp.exp() * (draft_logp - target_logp)).sum(-1)  # [...]
 
 
 def _check_logits(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> None:

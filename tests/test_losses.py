@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 
 import pytest
@@ -14,10 +12,15 @@ from bebop.losses import (
     LOG_PROB_FLOOR,
     OBJECTIVES,
     acceptance_alpha,
+    acceptance_alpha_from_hidden,
     draft_loss,
+    draft_loss_from_hidden,
     expected_accepted,
     tv_distance,
 )
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead, chain_targets
+from bebop.models.transformer import Transformer
 from bebop.sampling import logprobs_from_logits, scaled_logits
 from bebop.tv_tiled import tv_overlap_tiled
 
@@ -353,20 +356,83 @@ def test_clear_errors():
 # ---------------------------------------------------------------- `bebop bench losses`, tiny
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="CPU peak RSS needs Linux /proc")
-def test_bench_losses_runs_and_variants_agree(tmp_path, capsys):
-    from bebop.commands.bench import losses as bench
+# ------------------------------------------------------------------------------------ the hidden-state path
+def _hidden_case(seed, batch=2, anchors=6, depth=3, dim=8, vocab=37):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(vocab, dim, generator=g)  # [V, d]
+    draft_hidden = torch.randn(batch, anchors, depth, dim, generator=g).requires_grad_(True)  # [B, T, γ, d]
+    target_hidden = torch.randn(batch, anchors, depth, dim, generator=g)  # [B, T, γ, d]
+    mask = torch.rand(batch, anchors, generator=g) > 0.3  # [B, T]
+    mask[0, 0] = True
+    labels = torch.randint(0, vocab, (batch, anchors, depth), generator=g)  # [B, T, γ]
+    labels[~mask] = -100  # padding at masked anchors, as callers pass it
+    return draft_hidden, target_hidden, weight, mask, labels
 
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    out = tmp_path / "bench.json"
-    args = parser.parse_args(
-        ["--vocab", "3001", "--positions", "64", "--tile", "512", "--repeats", "1", "--device", "cpu",
-         "--json", str(out)]
-    )
-    assert bench.run(args) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["vocab"] == 3001 and row["plain_s"] > 0 and row["tiled_s"] > 0
-    assert row["max_abs_diff_value"] < 1e-5 and row["max_abs_diff_grad"] < 1e-6 < row["max_abs_grad"]
-    assert "tiled/plain" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="--repeats"):
-        bench.run(parser.parse_args(["--repeats", "0", "--device", "cpu"]))
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_loss_from_hidden_equals_dense_loss_and_gradient(objective, temperature):
+    draft_hidden, target_hidden, weight, mask, labels = _hidden_case(seed=3)
+    dense = draft_loss(draft_hidden @ weight.T, target_hidden @ weight.T, objective=objective, labels=labels,
+                       mask=mask, temperature=temperature)
+    (dense_grad,) = torch.autograd.grad(dense, draft_hidden)
+    rows = int(mask.sum()) * draft_hidden.shape[2]
+    assert rows % 7 != 0  # chunks of 7 rows split the rows unevenly
+    chunked = draft_loss_from_hidden(draft_hidden, target_hidden, weight, objective=objective, labels=labels,
+                                     mask=mask, temperature=temperature, chunk_rows=7)
+    (chunked_grad,) = torch.autograd.grad(chunked, draft_hidden)
+    torch.testing.assert_close(chunked, dense, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chunked_grad, dense_grad, rtol=1e-4, atol=1e-7)
+    assert dense_grad.abs().max() > 0 and bool((chunked_grad[~mask] == 0).all())
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_loss_from_hidden_trains_a_head_like_the_dense_loss(objective):
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=41, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    model, head = Transformer(config).eval().requires_grad_(False), MTPHead(config)
+    tokens = torch.randint(0, 41, (2, 12))
+    lengths, depth = torch.tensor([12, 9]), 3
+    logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
+    grads = []
+    for dense in (True, False):
+        head.zero_grad(set_to_none=True)
+        if dense:
+            target, labels, mask = chain_targets(logits, tokens, depth, lengths)
+            loss = draft_loss(head.chain(model, hidden, tokens, depth), target, objective=objective, labels=labels,
+                              mask=mask, temperature=0.8)
+        else:
+            target_hidden, labels, mask = chain_targets(hidden, tokens, depth, lengths)  # [B, T, γ, d]
+            loss = draft_loss_from_hidden(head.chain_hidden(model, hidden, tokens, depth), target_hidden,
+                                          model.lm_head.weight, objective=objective, labels=labels, mask=mask,
+                                          temperature=0.8, chunk_rows=4)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in head.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_acceptance_alpha_from_hidden_is_alpha_at_valid_anchors():
+    draft_hidden, target_hidden, weight, mask, _ = _hidden_case(seed=5)
+    with torch.no_grad():
+        dense = acceptance_alpha(draft_hidden @ weight.T, target_hidden @ weight.T, 0.9)[mask]  # [M, γ]
+        chunked = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.9,
+                                               chunk_rows=7)
+    torch.testing.assert_close(chunked, dense)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"weight": torch.zeros(37, 9)}, "lm_head_weight must be"),
+    ({"target_hidden": torch.zeros(2, 6, 2, 8)}, "target_hidden shape"),
+    ({"mask": torch.zeros(2, 6, dtype=torch.bool)}, "no valid anchor"),
+    ({"chunk_rows": 0}, "chunk_rows"),
+    ({"labels": None}, "needs labels"),
+])
+def test_loss_from_hidden_rejects_bad_input(change, match):
+    draft_hidden, target_hidden, weight, mask, labels = _hidden_case(seed=1)
+    args = {"target_hidden": target_hidden, "weight": weight, "mask": mask, "labels": labels, "chunk_rows": None,
+            **change}
+    with pytest.raises(ValueError, match=match):
+        draft_loss_from_hidden(draft_hidden, args["target_hidden"], args["weight"], objective="ce",
+                               labels=args["labels"], mask=args["mask"], chunk_rows=args["chunk_rows"])

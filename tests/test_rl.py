@@ -148,8 +148,8 @@ def test_online_draft_loss_never_reaches_the_policy(pair, tok):
     draft.load_state_dict(head.state_dict())
     online = OnlineMTP(draft, "online-tv", lr=1e-2, grad_clip=1.0, depth=2)
     tokens = torch.randint(0, tok.vocab_size, (3, 20))
-    logits, hidden = policy(tokens)  # with grad: the head must detach it
-    stats = online.update(policy, hidden, logits, tokens, torch.tensor([20, 18, 15]), torch.tensor([4, 4, 4]))
+    _, hidden = policy(tokens)  # with grad: the head must detach it
+    stats = online.update(policy, hidden, tokens, torch.tensor([20, 18, 15]), torch.tensor([4, 4, 4]))
     assert stats["mtp/online_update"] == 1
     assert all(p.grad is None for p in policy.parameters())
     assert any(p.grad is not None for p in draft.parameters())
@@ -203,7 +203,7 @@ def padded_row_step(policy, head, batch, config, reference=None):
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
     torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0).step()  # the head reads the new LM head
     online = OnlineMTP(head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip, depth=config.mtp_depth)
-    mtp = online.update(policy, hidden.detach(), logits.detach(), batch.tokens, batch.lengths, batch.prompt_lengths)
+    mtp = online.update(policy, hidden.detach(), batch.tokens, batch.lengths, batch.prompt_lengths)
     grads = lambda module: {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}  # noqa: E731
     return float(loss.detach()), float(grad_norm), grads(policy), grads(head), mtp
 

@@ -9,7 +9,10 @@ Recipe, as in the paper:
   learns the distribution it will draft for. `--data FILE` caches these sequences, so heads trained with
   different objectives see exactly the same data (a cache made with other settings is refused).
 * frozen backbone: only `MTPHead.parameters()` are in the optimiser, the backbone has requires_grad off
-  and runs under no_grad; its hidden states and logits are computed once per cached batch.
+  and runs under no_grad; its hidden states are computed once per cached batch. Logits are not cached: at a
+  real vocabulary they are V/d times the hidden states (about 44 GB for the default 480 sequences at
+  V = 151,936). Each step sends only the valid anchors through the LM head, in row chunks
+  (`bebop.losses.draft_loss_from_hidden`), so no [B, T, depth, V] tensor is ever built.
 * target distribution at the rollout temperature: `draft_loss(..., temperature=T)` compares q and p both
   scaled by T; "ce" uses the sampled data tokens as labels (which are samples of p at T).
 * γ_train = `depth` recursive steps (default 5), teacher forced (`MTPHead.chain`); only anchors whose
@@ -54,7 +57,7 @@ from bebop.data.tasks import parse_tasks
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
-from bebop.losses import OBJECTIVES, acceptance_alpha, draft_loss, expected_accepted
+from bebop.losses import OBJECTIVES, acceptance_alpha_from_hidden, draft_loss_from_hidden, expected_accepted
 from bebop.models.checkpoint import load_head, save_head
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
@@ -103,7 +106,7 @@ class TrainMTPConfig:
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
 
     @classmethod
-    def tiny(cls, objective: str = "e2e_tv") -> "TrainMTPConfig":
+    def tiny(cls, objective: str = "e2e_tv") -> TrainMTPConfig:
         return cls(objective=objective, depth=3, tasks=("math",), num_sequences=8, max_new_tokens=24, steps=4,
                    batch_size=4, eval_every=2, heldout_fraction=0.25)
 
@@ -165,7 +168,7 @@ def load_or_generate(path: Path | None, model: Transformer, tokenizer, config: T
 
 def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> torch.Tensor:
     """[B, T] bool: anchors t whose chain inputs and targets t+1..t+depth+1 are all policy-written."""
-    B, T = trainable.shape
+    _, T = trainable.shape
     padded = torch.nn.functional.pad(trainable, (0, depth + 2), value=False)  # [B, T + depth + 2]
     window = padded.unfold(1, depth + 1, 1)[:, 1 : T + 1]  # [B, T, depth+1]: positions t+1..t+depth+1
     inside = torch.arange(T)[None, :] + depth + 1 < lengths[:, None]  # [B, T]
@@ -174,7 +177,7 @@ def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> t
 
 @torch.no_grad()
 def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf16: bool) -> list[dict]:
-    """Fixed batches (sorted by length) with the frozen backbone's hidden states and logits precomputed."""
+    """Fixed batches (sorted by length) with the frozen backbone's hidden states [B, T, d] precomputed."""
     order = sorted(range(len(data["tokens"])), key=lambda i: len(data["tokens"][i]))
     batches = []
     for start in range(0, len(order), config.batch_size):
@@ -185,8 +188,8 @@ def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf1
         if not bool(mask.any()):
             continue
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-            logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
-        batches.append({"tokens": tokens, "mask": mask, "logits": logits, "hidden": hidden})
+            _, hidden = model(tokens, compute_logits=False)  # [B, T, d]
+        batches.append({"tokens": tokens, "mask": mask, "hidden": hidden})
     return batches
 
 
@@ -200,39 +203,49 @@ def split_heldout(batches: list[dict], fraction: float) -> tuple[list[dict], lis
 
 
 # ------------------------------------------------------------------------------------------------ step
+def lm_head_weight(model: Transformer, use_bf16: bool) -> torch.Tensor:
+    """The frozen LM head [V, d] in the compute dtype, cast once per run (under autocast every matmul would
+    cast the [V, d] weight again)."""
+    return model.lm_head.weight.detach().to(torch.bfloat16 if use_bf16 else torch.float32)
+
+
 def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool):
-    """(draft_logits [B, T, depth, V], target_logits, labels [B, T, depth], mask [B, T])."""
+    """(draft_hidden [B, T, depth, d], target_hidden [B, T, depth, d], labels [B, T, depth], mask [B, T])."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-        draft = head.chain(model, batch["hidden"], batch["tokens"], depth)
-    target, labels, _ = chain_targets(batch["logits"], batch["tokens"], depth)
-    return draft.float(), target.float(), labels, batch["mask"]
+        draft = head.chain_hidden(model, batch["hidden"], batch["tokens"], depth)
+    # chain_targets aligns any per-position tensor: here the backbone hidden states behind the target logits.
+    target, labels, _ = chain_targets(batch["hidden"], batch["tokens"], depth)
+    return draft, target, labels, batch["mask"]
 
 
-def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
-               use_bf16: bool) -> tuple[float, float, float]:
-    """One AdamW step of the draft loss; returns (loss, mean d_TV over the trained (anchor, step), the
-    gradient norm before clipping)."""
+def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig, use_bf16: bool,
+               weight: torch.Tensor) -> tuple[float, float, float]:
+    """One AdamW step of the draft loss through the LM head `weight` [V, d] (`lm_head_weight`); returns (loss,
+    mean d_TV over the trained (anchor, step), the gradient norm before clipping)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
     draft, target, labels, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
-    loss = draft_loss(draft, target, objective=config.objective, labels=labels, mask=mask,
-                      temperature=config.temperature)
+    loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
+                                  temperature=config.temperature)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping
     optimizer.step()
     with torch.no_grad():
-        d_tv = 1.0 - acceptance_alpha(draft.detach(), target, config.temperature)[mask].mean()  # over [M, depth]
-    return float(loss.detach()), float(d_tv), float(grad_norm)
+        alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
+                                             temperature=config.temperature)  # [M, depth]
+    return float(loss.detach()), float(1.0 - alpha.mean()), float(grad_norm)
 
 
 @torch.no_grad()
-def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16: bool) -> dict[str, float]:
+def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16: bool,
+             weight: torch.Tensor) -> dict[str, float]:
     """Held-out d_TV per draft step and the teacher-forced RS accept length at γ = 3."""
     alphas = []
     for batch in batches:
         draft, target, _, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
-        alphas.append(acceptance_alpha(draft, target, config.temperature)[mask])  # [M, depth]
+        alphas.append(acceptance_alpha_from_hidden(draft, target, weight, mask=mask,
+                                                   temperature=config.temperature))  # [M, depth]
     alpha = torch.cat(alphas)  # [N, depth]
     out = {"mtp/eval/d_tv_mean": float(1 - alpha.mean())}
     out.update({f"mtp/eval/d_tv_pos/{k}": float(1 - alpha[:, k].mean()) for k in range(config.depth)})
@@ -266,7 +279,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         data = load_or_generate(data_path, model, tokenizer, config)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)
-        head = new_head(model, config)
+        head, weight = new_head(model, config), lm_head_weight(model, use_bf16)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         warmup = max(1, round(config.warmup_frac * config.steps))
@@ -276,11 +289,11 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         for step in bar:
             lr = config.lr * min(1.0, (step + 1) / warmup)
             batch = train[int(torch.randint(len(train), (1,), generator=generator))]
-            loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16)
+            loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
             writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
             bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
             if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
-                metrics = evaluate(head, model, held, config, use_bf16)
+                metrics = evaluate(head, model, held, config, use_bf16, weight)
                 writer.log("eval", {"step": step, **metrics})
                 writer.status(step=step, **metrics)
         head.eval()

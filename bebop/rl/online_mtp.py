@@ -12,16 +12,20 @@ reaches the policy: `MTPHead` reads the backbone's hidden states, embedding and 
 `.detach()`, and the backbone activations handed in here are detached as well, so the policy's `.grad`
 is untouched by `update` (tests/test_rl.py checks it).
 
-Targets are the backbone's own logits on the rollout rows (teacher forcing on what was sampled), aligned
+Targets are the backbone's own distributions on the rollout rows (teacher forcing on what was sampled), aligned
 by `bebop.models.mtp.chain_targets`; only anchors inside the completion are trained, since that is where the
-head drafts at rollout.
+head drafts at rollout. The trainer hands in the backbone's hidden states, not its logits ([N, L, V] float32
+would not fit at a real vocabulary): the loss sends the valid anchors' hidden states through the LM head in row
+chunks (`bebop.losses.draft_loss_from_hidden`), the same LM head the head drafts through, i.e. the policy's
+after its step. The head's chain runs `micro_batch_rows` rows at a time with the gradient accumulated, each
+micro-batch weighted by its share of the valid anchors, so the step equals one step on all rows at once.
 """
 
 from __future__ import annotations
 
 import torch
 
-from bebop.losses import acceptance_alpha, draft_loss
+from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden
 from bebop.models.mtp import MTPHead, chain_targets
 
 OBJECTIVE = {"online-tv": "e2e_tv", "online-ce": "ce"}
@@ -31,12 +35,14 @@ class OnlineMTP:
     """Keeps the head frozen or trains it on rollouts; `update` returns the step's `mtp/*` metrics."""
 
     def __init__(self, head: MTPHead | None, strategy: str, *, lr: float, grad_clip: float, depth: int,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, micro_batch_rows: int = 8):
         if strategy not in ("frozen", *OBJECTIVE):
             raise ValueError(f"unknown MTP strategy {strategy!r}; valid names: ['frozen', {', '.join(map(repr, OBJECTIVE))}]")
         if strategy != "frozen" and head is None:
             raise ValueError(f"MTP strategy {strategy!r} needs a head to train")
-        self.head, self.strategy = head, strategy
+        if not isinstance(micro_batch_rows, int) or micro_batch_rows < 1:
+            raise ValueError(f"micro_batch_rows must be a positive int, got {micro_batch_rows!r}")
+        self.head, self.strategy, self.micro_batch_rows = head, strategy, micro_batch_rows
         self.grad_clip, self.depth, self.temperature = grad_clip, depth, temperature
         self.optimizer = None
         if head is not None:
@@ -46,45 +52,59 @@ class OnlineMTP:
 
     @property
     def trains(self) -> bool:
-        """True when `update` trains the head (it then needs the backbone's hidden states and logits)."""
+        """True when `update` trains the head (it then needs the backbone's hidden states)."""
         return self.optimizer is not None
 
     @property
     def objective(self) -> str | None:
         return OBJECTIVE.get(self.strategy)
 
-    def update(self, backbone, hidden: torch.Tensor | None, logits: torch.Tensor | None, tokens: torch.Tensor,
-               lengths: torch.Tensor, prompt_lengths: torch.Tensor) -> dict[str, float]:
-        """One head step on rows `tokens` [B, L] with the backbone's hidden [B, L, d] and logits [B, L, V]
-        (None when the head is frozen: nothing is read).
+    def update(self, backbone, hidden: torch.Tensor | None, tokens: torch.Tensor, lengths: torch.Tensor,
+               prompt_lengths: torch.Tensor) -> dict[str, float]:
+        """One head step on rows `tokens` [B, L] with the backbone's hidden states [B, L, d] (None when the head
+        is frozen: nothing is read).
 
         Anchors are completion positions (t >= prompt length - 1) whose whole chain is inside the row."""
         if self.optimizer is None:
             return {"mtp/online_update": 0}
         B, L = tokens.shape
-        if hidden.shape[:2] != (B, L) or logits.shape[:2] != (B, L):
-            raise ValueError(f"hidden {tuple(hidden.shape)} and logits {tuple(logits.shape)} must start with "
-                             f"tokens' [B, L]={B, L}")
-        depth = self.depth
-        target_logits, labels, mask = chain_targets(logits.detach().float(), tokens, depth, lengths)  # [B, L, γ, V]
+        if hidden.shape[:2] != (B, L):
+            raise ValueError(f"hidden {tuple(hidden.shape)} must start with tokens' [B, L]={B, L}")
+        hidden = hidden.detach()
+        target_hidden, labels, mask = chain_targets(hidden, tokens, self.depth, lengths)  # [B, L, γ, d]
         anchors = torch.arange(L, device=tokens.device)  # [L]
         mask = mask & (anchors[None, :] >= prompt_lengths.to(tokens.device)[:, None] - 1)  # [B, L]
-        if not bool(mask.any()):
+        total = int(mask.sum())
+        if total == 0:
             return {"mtp/online_update": 0}
         self.head.train()
-        draft_logits = self.head.chain(backbone, hidden.detach(), tokens, depth).float()  # [B, L, γ, V]
-        loss = draft_loss(draft_logits, target_logits, objective=self.objective, labels=labels, mask=mask,
-                          temperature=self.temperature)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum = d_tv_sum = 0.0
+        for start in range(0, B, self.micro_batch_rows):
+            rows = slice(start, start + self.micro_batch_rows)
+            count = int(mask[rows].sum())
+            if count:
+                loss, d_tv = self._micro_step(backbone, hidden[rows], tokens[rows], target_hidden[rows],
+                                              labels[rows], mask[rows], count / total)
+                loss_sum, d_tv_sum = loss_sum + loss * count, d_tv_sum + d_tv
         grad_norm = torch.nn.utils.clip_grad_norm_(self.head.parameters(), self.grad_clip)
         self.optimizer.step()
         self.head.eval()
-        with torch.no_grad():
-            alpha = acceptance_alpha(draft_logits.detach(), target_logits, self.temperature)  # [B, L, γ]
-            d_tv = ((1 - alpha).mean(-1) * mask).sum() / mask.sum()
-        return {f"mtp/loss/{self.objective}": float(loss.detach()), "mtp/d_tv_mean": float(d_tv),
+        return {f"mtp/loss/{self.objective}": loss_sum / total, "mtp/d_tv_mean": d_tv_sum / total,
                 "mtp/grad_norm": float(grad_norm), "mtp/online_update": 1}
+
+    def _micro_step(self, backbone, hidden, tokens, target_hidden, labels, mask, share: float) -> tuple[float, float]:
+        """Backward of `share` x the loss on some rows (hidden [b, L, d], target_hidden [b, L, γ, d], mask [b, L]);
+        returns (their mean loss, their sum over anchors of the mean d_TV over steps)."""
+        weight = backbone.lm_head.weight.detach()  # [V, d]
+        draft_hidden = self.head.chain_hidden(backbone, hidden, tokens, self.depth)  # [b, L, γ, d]
+        loss = draft_loss_from_hidden(draft_hidden, target_hidden, weight, objective=self.objective, labels=labels,
+                                      mask=mask, temperature=self.temperature)
+        (loss * share).backward()
+        with torch.no_grad():
+            alpha = acceptance_alpha_from_hidden(draft_hidden.detach(), target_hidden, weight, mask=mask,
+                                                 temperature=self.temperature)  # [M, γ]
+        return float(loss.detach()), float((1 - alpha).mean(-1).sum())
 
     def state_dict(self) -> dict | None:
         return None if self.optimizer is None else self.optimizer.state_dict()

@@ -197,8 +197,7 @@ class Trainer:
         num_tokens = batch.policy_mask.sum()
         keep = self.online.trains  # the online head trains on the backbone's activations of every row
         N, L = batch.tokens.shape
-        hidden = torch.zeros(N, L, self.policy.config.hidden_size) if keep else None  # [N, L, d]
-        logits = torch.zeros(N, L, self.policy.config.vocab_size) if keep else None  # [N, L, V]
+        hidden = torch.zeros(N, L, self.policy.config.hidden_size) if keep else None  # [N, L, d]; no [N, L, V] logits
         totals: dict[str, torch.Tensor] = {}
         self.optimizer.zero_grad(set_to_none=True)
         groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
@@ -208,14 +207,12 @@ class Trainer:
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
             if keep:
-                prefix_logits, prefix_hidden, suffix_logits, suffix_hidden = (x.detach().float() for x in outputs)
-                hidden[layout.index] = layout.rows(prefix_hidden, suffix_hidden)
-                logits[layout.index] = layout.rows(prefix_logits, suffix_logits)
+                hidden[layout.index] = layout.rows(outputs[1].detach().float(), outputs[3].detach().float())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip)
         self.optimizer.step()
         self.version += 1
         mid = time.perf_counter()
-        mtp = self.online.update(self.policy, hidden, logits, batch.tokens, batch.lengths, batch.prompt_lengths)
+        mtp = self.online.update(self.policy, hidden, batch.tokens, batch.lengths, batch.prompt_lengths)
         end = time.perf_counter()
         metrics = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
         metrics.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,

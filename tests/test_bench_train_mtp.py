@@ -1,0 +1,50 @@
+"""`bebop bench train-mtp`: both variants' records from one run, the same loss on both paths, bad input.
+
+Times and peaks are not asserted (they are what the bench reports, not what a test checks on a shared CPU); what
+is asserted is that each variant measured what it says: the same first loss (the dense and chunked paths are one
+function), a peak and a time per step, and a data cache that holds logits for "dense" and hidden states only for
+"chunked".
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bebop.cli import main
+
+TINY = ["--vocab", "300", "--hidden-size", "32", "--seq-len", "24", "--prompt-len", "4", "--depth", "2",
+        "--batch-size", "2", "--steps", "2", "--autocast", "fp32"]
+
+
+def test_one_run_writes_both_variants(tmp_path, capsys):
+    path = tmp_path / "train_mtp.json"
+    assert main(["bench", "train-mtp", *TINY, "--json", str(path)]) == 0
+    out = json.loads(path.read_text())
+    dense, chunked = out["results"]
+    assert (dense["variant"], chunked["variant"]) == ("dense", "chunked")
+    for r in (dense, chunked):
+        assert len(r["seconds"]) == len(r["losses"]) == 2 and all(s > 0 for s in r["seconds"])
+        assert r["peak_bytes"] >= 0 and r["anchors"] > 0 and r["bf16"] is False
+    assert dense["anchors"] == chunked["anchors"]
+    for (dense_loss, dense_tv), (chunked_loss, chunked_tv) in zip(dense["losses"], chunked["losses"]):
+        assert chunked_loss == pytest.approx(dense_loss, rel=1e-4)
+        assert chunked_tv == pytest.approx(dense_tv, rel=1e-4, abs=1e-6)
+    # dense caches hidden [T, d] and logits [T, V] per sequence, chunked the hidden states only (fp32 here)
+    assert chunked["cache_bytes_per_seq"] == 24 * 32 * 4
+    assert dense["cache_bytes_per_seq"] == 24 * (32 + 300) * 4
+    assert "peak dense / chunked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--vocab", "0"], "--vocab must be >= 1"),
+    (["--seq-len", "8", "--prompt-len", "4", "--depth", "5"], "--seq-len 8 leaves no anchor"),
+    (["--objective", "mse"], "--objective 'mse' is not one of"),
+    (["--autocast", "fp16"], "--autocast must be"),
+    (["--hidden-size", "7"], "--hidden-size must be an even number"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(args, match, capsys):
+    assert main(["bench", "train-mtp", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err
