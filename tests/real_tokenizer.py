@@ -11,6 +11,7 @@ token t is followed by transitions[t] with probability ~1: a policy that writes 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import torch
@@ -81,4 +82,4 @@ def chain(start: int, ids: list[int], end: int) -> dict[int, int]:
     """Transitions that write `ids` after token `start`, then `end`; the ids must be distinct (and not `start`)."""
     path = [start, *ids, end]
     assert len(set(path[:-1])) == len(path) - 1, f"a steered path needs distinct tokens, got {path}"
-    return dict(zip(path[:-1], path[1:]))
+    return dict(itertools.pairwise(path))
