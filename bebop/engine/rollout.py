@@ -128,7 +128,8 @@ class RolloutBuilder:
         """Append one step's emitted tokens to prompt `row`.
 
         Returns (state, j, reply): "run" (keep going), "done" (finished), or "park": token j of `tokens` was a
-        stop token and `env` replied with `reply` (already appended), so the engine must feed it and continue.
+        stop token or completed a stop string, and `env` replied with `reply` (already appended; tokens after j
+        were dropped), so the engine must feed it and continue.
         """
         take = min(len(tokens), self.config.max_new_tokens - len(self.tokens[row]))
         stop_at = self._stop_at(row, tokens[:take])
