@@ -7,6 +7,10 @@ and the GRPO log-probs (`logprobs_from_logits`) and the tiled TV overlap (`scale
 tile, temperature only: top-k and top-p need the whole row) all call it, so there is one definition of "the
 policy's distribution" in the code base.
 
+- vocab_limit: ids >= vocab_limit get -inf before anything else. A checkpoint's embedding often has more rows
+  than its tokenizer has tokens (Qwen3 pads 151,669 to 151,936); those ids decode to nothing, so they must never
+  be sampled, drafted or counted in a normalisation. Masking here, in the one function, applies it to p and q
+  alike (verification stays lossless: both are distributions over the same ids) and to the RL log-probs.
 - temperature T > 0 divides the logits, upcast to float32 first (x / T: seeded rollouts and training runs
   depend on exactly this arithmetic); T = 0 means greedy: a one-hot at the argmax (ties go to the lowest
   index, which is what `torch.argmax` returns).
@@ -27,7 +31,8 @@ from __future__ import annotations
 import torch
 
 
-def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> None:
+def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                      vocab_limit: int | None) -> None:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError(f"logits must be a floating-point tensor, got {describe(logits)}")
     if logits.ndim < 1 or logits.shape[-1] == 0:
@@ -40,6 +45,9 @@ def _check_processing(logits: torch.Tensor, temperature: float, top_k: int | Non
         raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if vocab_limit is not None and (isinstance(vocab_limit, bool) or not isinstance(vocab_limit, int)
+                                    or vocab_limit < 1):
+        raise ValueError(f"vocab_limit must be an int >= 1 or None, got {vocab_limit!r}")
 
 
 def describe(x: object) -> str:
@@ -48,15 +56,20 @@ def describe(x: object) -> str:
 
 
 def scaled_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+    vocab_limit: int | None = None,
 ) -> torch.Tensor:
-    """[..., V] logits -> [..., V] float32 scaled logits, the tokens outside top-k / top-p at -inf.
+    """[..., V] logits -> [..., V] float32 scaled logits, ids >= vocab_limit and the tokens outside top-k / top-p
+    at -inf.
 
     Softmax of it is the policy's distribution. A new tensor whenever it scales or masks; at T = 1 with no
     filter on float32 logits it is `logits` itself, so never modify it in place.
     """
-    _check_processing(logits, temperature, top_k, top_p)
+    _check_processing(logits, temperature, top_k, top_p, vocab_limit)
     scores = logits.float()  # [..., V] before the division: T applied to bf16 would round twice
+    if vocab_limit is not None and vocab_limit < scores.shape[-1]:
+        padding = torch.arange(scores.shape[-1], device=scores.device) >= vocab_limit  # [V]
+        scores = scores.masked_fill(padding, float("-inf"))  # [..., V] a new tensor: `logits` is untouched
     if temperature == 0:
         best = scores.argmax(-1, keepdim=True)  # [..., 1]
         return torch.full_like(scores, float("-inf")).scatter_(-1, best, 0.0)
@@ -76,20 +89,23 @@ def scaled_logits(
 
 
 def logprobs_from_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+    vocab_limit: int | None = None,
 ) -> torch.Tensor:
-    """[..., V] logits -> [..., V] float32 log-probabilities after temperature, top-k, top-p (-inf = masked)."""
-    return scaled_logits(logits, temperature, top_k, top_p).log_softmax(-1)
+    """[..., V] logits -> [..., V] float32 log-probabilities after vocab_limit, temperature, top-k, top-p
+    (-inf = masked)."""
+    return scaled_logits(logits, temperature, top_k, top_p, vocab_limit).log_softmax(-1)
 
 
 def probs_from_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+    vocab_limit: int | None = None,
 ) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 probabilities, exactly 0 outside the kept set.
 
     Apply it with the same arguments to the target and the draft logits (PAPER §2).
     """
-    return scaled_logits(logits, temperature, top_k, top_p).softmax(-1)
+    return scaled_logits(logits, temperature, top_k, top_p, vocab_limit).softmax(-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,

@@ -141,12 +141,28 @@ def test_masked_entries_are_exactly_zero_and_rows_normalised():
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"top_p": -0.2}, "top_p"),
+        ({"vocab_limit": 0}, "vocab_limit"),
+        ({"vocab_limit": 2.0}, "vocab_limit"),
     ],
 )
 def test_bad_processing_arguments_raise(kwargs, match):
     for fn in (logprobs_from_logits, probs_from_logits):
         with pytest.raises(ValueError, match=match):
             fn(torch.zeros(3), **kwargs)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, None, None), (0.7, 2, 0.9), (0.0, None, None)])
+def test_vocab_limit_masks_the_padding_ids_first(temperature, top_k, top_p):
+    logits = torch.tensor([[0.0, 1.0, 2.0, 50.0, 60.0]])  # ids 3, 4 are padding rows with huge logits
+    before = logits.clone()
+    probs = probs_from_logits(logits, temperature, top_k, top_p, vocab_limit=3)
+    assert torch.equal(logits, before)  # never in place
+    assert probs[0, 3:].eq(0).all()
+    expected = probs_from_logits(logits[:, :3], temperature, top_k, top_p)  # the same as a 3-id vocabulary
+    torch.testing.assert_close(probs[:, :3], expected)
+    logp = logprobs_from_logits(logits, temperature, top_k, top_p, vocab_limit=3)
+    assert logp[0, 3:].eq(NEG_INF).all()
+    assert probs_from_logits(logits, vocab_limit=5).argmax() == 4  # a limit at V masks nothing
 
 
 def test_bad_logits_raise():
@@ -235,3 +251,57 @@ def test_sample_does_not_sync_on_cuda():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert (probs.gather(-1, tokens[:, None]) > 0).all()
+
+
+# ---- vocab_limit in the engine and the RL log-probs ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def padded_world(tmp_path_factory):
+    """A BPE tokenizer and a steered model with 15 padding rows whose logits beat every real token."""
+    from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
+
+    from bebop.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(make_bpe_tokenizer(tmp_path_factory.mktemp("bpe")))
+    start = tok.encode("\n")[-1]
+    transitions = chain(start, tok.encode("ABCDEFG"), tok.eos_id)
+    model, head = steered_pair(tok.vocab_size + 15, transitions, padding_from=tok.vocab_size)
+    return tok, model, head, start
+
+
+@pytest.mark.parametrize("gamma, method", [(0, "rs"), (2, "rs"), (2, "to")])
+def test_the_engine_never_samples_padding_ids_under_a_vocab_limit(padded_world, gamma, method):
+    from bebop.engine import Engine, GenerationConfig
+
+    tok, model, head, start = padded_world
+    config = GenerationConfig(max_new_tokens=12, gamma=gamma, method=method, stop_tokens=(tok.eos_id,), seed=0)
+    unmasked = Engine(model, head).generate([[start]] * 4, config)
+    assert any(t >= tok.vocab_size for row in unmasked.tokens for t in row)  # the padding rows do win unmasked
+    masked = Engine(model, head).generate([[start]] * 4, GenerationConfig(**{**config.to_dict(),
+                                                                           "vocab_limit": tok.vocab_size}))
+    for row in masked.tokens:
+        assert row == tok.encode("ABCDEFG") + [tok.eos_id]
+        assert [tok.token_str(t) for t in row]  # token_str no longer meets an id outside the vocabulary
+
+
+def test_collect_masks_padding_and_the_rl_logprobs_match(padded_world):
+    from bebop.data import tasks
+    from bebop.engine import Engine, GenerationConfig
+    from bebop.rl.batch import collect
+    from bebop.rl.grpo import token_logprobs
+
+    tok, model, head, _ = padded_world
+    task = tasks.get("math")
+    batch = collect(Engine(model, head), task, tok, task.sample(3, seed=0),
+                    GenerationConfig(max_new_tokens=8, gamma=2, seed=0), pad_id=tok.pad_id)
+    assert all(t < tok.vocab_size for row in batch.rollout.tokens for t in row)
+    pieces = [tok.token_str(t) for row in batch.rollout.tokens for t in row]  # the samples display's call
+    assert len(pieces) == batch.rollout.num_tokens
+    with torch.no_grad():
+        logits = model(batch.tokens[:, :-1])[0]  # [N, L-1, V]
+    mask = batch.policy_mask
+    limited = token_logprobs(logits, batch.targets, vocab_limit=tok.vocab_size)  # [N, L-1]
+    torch.testing.assert_close(limited[mask], batch.behaviour_logprobs[mask], atol=1e-4, rtol=1e-4)
+    unlimited = token_logprobs(logits, batch.targets)
+    assert (unlimited[mask] - batch.behaviour_logprobs[mask]).abs().max() > 1.0  # the mask is what makes them match

@@ -151,3 +151,12 @@ def test_hf_adapter_over_a_subword_tokenizer(tmp_path, task_texts):
     assert load_tokenizer(saved).encode("answer: 42") == tok.encode("answer: 42")
     with pytest.raises(ValueError, match="transformers tokenizer"):
         HFTokenizer(object())
+
+
+def test_stops_and_chat_template_of_the_char_tokenizer():
+    tok = CharTokenizer()
+    assert tok.stops((EOS, CALL_CLOSE, EOS)) == ((tok.eos_id, tok.token_id(CALL_CLOSE)), ())
+    assert tok.stops(("ab",)) == ((), ("ab",))  # several characters: matched on text by the engine
+    assert not tok.has_chat_template
+    with pytest.raises(ValueError, match="no chat template"):
+        tok.chat_prompt([{"role": "user", "content": "hi"}])

@@ -27,7 +27,9 @@ Interface shared by both classes (what the engine, RL loop and dashboard use):
 `encode(text) -> list[int]` (never adds specials), `decode(ids) -> str` (keeps specials, so
 `decode(encode(t)) == t`), `vocab_size`, `eos_id`, `pad_id`, `bos_id`, `token_str(id)` (the text of
 one token, for per-token colouring), `token_id(text)` (the id of a text that is exactly one token),
-`stop_ids(strings)` (engine stop tokens; the marker "<eos>" means "this tokenizer's EOS"), `save(dir)`.
+`stop_ids(strings)` (engine stop tokens; the marker "<eos>" means "this tokenizer's EOS"), `stops(strings)` (the
+same split into ids and the strings of several tokens, which the engine matches on text), `has_chat_template`,
+`chat_prompt(messages)` (the prompt text of a conversation, generation prompt added), `save(dir)`.
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ class _Lookup:
     def stop_ids(self, strings: Iterable[str]) -> tuple[int, ...]:
         """Token ids for the engine's stop set. Tasks write EOS as "<eos>"; any tokenizer maps it to its own EOS."""
         return tuple(dict.fromkeys(self.eos_id if s == EOS else self.token_id(s) for s in strings))
+
+    def stops(self, strings: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """(stop ids, stop strings) for the engine. "<eos>" and strings that are one token become ids (checked per
+        token, no decoding); a string of several tokens stays text, matched on the decoded completion."""
+        ids, texts = [], []
+        for s in strings:
+            one = [self.eos_id] if s == EOS else self.encode(s)
+            (ids if len(one) == 1 else texts).append(one[0] if len(one) == 1 else s)
+        return tuple(dict.fromkeys(ids)), tuple(dict.fromkeys(texts))
 
 
 class CharTokenizer(_Lookup):
@@ -122,6 +133,13 @@ class CharTokenizer(_Lookup):
         if not 0 <= token_id < len(self.vocab):
             raise ValueError(f"token id {token_id} is outside the vocabulary [0, {len(self.vocab)})")
         return self.vocab[token_id]
+
+    @property
+    def has_chat_template(self) -> bool:
+        return False  # bebop's tasks are plain text: the tiny policy never saw a conversation
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        raise ValueError("the character tokenizer has no chat template")
 
     def save(self, path: str | Path) -> Path:
         """Write the Hugging Face files into directory `path` (created if needed)."""
@@ -204,6 +222,17 @@ class HFTokenizer(_Lookup):
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
         return self.decode([token_id])
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        """The template's text for `messages` followed by the assistant's generation prompt (encode it with
+        `encode`: the text carries the template's own special tokens)."""
+        if not self.has_chat_template:
+            raise ValueError("this tokenizer has no chat template (tokenizer_config.json has no chat_template)")
+        return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

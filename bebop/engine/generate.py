@@ -6,7 +6,7 @@ Per speculative step, for every active row at once:
   1. draft    gamma tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy")
   2. verify   one target forward over [pending token, drafts] (gamma + 1 positions), then `bebop.verify`
   3. sync     ONE device->host transfer: accepted counts, emitted tokens, their log-probs and entropies
-  4. retire   rows that hit a stop token or their budget leave the batch (the long tail shrinks it)
+  4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
               accepted tokens; the same forward yields the next step-1 draft
 
@@ -29,7 +29,7 @@ from typing import Iterator
 
 import torch
 
-from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder
+from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
 from bebop.metrics import SpecCounters, derive, entropy
 from bebop.models.kvcache import KVCache
@@ -126,9 +126,11 @@ class Engine:
         return prepacked(self.model, self.mtp, enabled=not self.compiled)
 
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None) -> Rollout:
-        """Complete every prompt. With `env`, a row that emits a stop token gets env(row, tokens)'s reply
-        appended (origin "env") and continues from its cached prefix; a None reply ends the row."""
+    def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None,
+                 decode: Decode | None = None) -> Rollout:
+        """Complete every prompt. With `env`, a row that emits a stop token (or completes a stop string) gets
+        env(row, tokens)'s reply appended (origin "env") and continues from its cached prefix; a None reply ends
+        the row. `decode` (the tokenizer's) is needed only for `config.stop_strings`."""
         self._check(prompts, config)
         generator = torch.Generator(device=self.device)
         # Not torch.seed(): that reseeds the global generator with OS entropy, behind the caller's back.
@@ -136,7 +138,7 @@ class Engine:
         generator.manual_seed(seed)
         verdicts: list[list[float]] = []  # per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
         timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
-        out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size)
+        out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode)
         start = time.perf_counter()
         with self.packed_weights():
             batch = self._new_batch(prompts, config)
@@ -160,6 +162,8 @@ class Engine:
             bad = [t for t in prompt if not 0 <= int(t) < vocab]
             if bad:
                 raise ValueError(f"prompts[{i}] has token ids out of range [0, {vocab}): {bad[:5]}")
+        if config.vocab_limit is not None and config.vocab_limit > vocab:
+            raise ValueError(f"vocab_limit={config.vocab_limit} exceeds the model's vocabulary of {vocab} ids")
         if any(not 0 <= t < vocab for t in config.stop_tokens):
             raise ValueError(f"stop_tokens has ids out of range [0, {vocab}): {config.stop_tokens}")
         need = max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1
@@ -177,7 +181,7 @@ class Engine:
                           "acceptance at the extra positions is untrained", stacklevel=3)
 
     def _probs(self, logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
-        return probs_from_logits(logits, config.temperature, config.top_k, config.top_p)
+        return probs_from_logits(logits, *config.sampling)
 
     def _sync(self, config: GenerationConfig) -> None:
         if config.profile and self.device.type == "cuda":
@@ -248,7 +252,7 @@ class Engine:
             batch.keep([i for i in range(len(batch.rows)) if i not in done])
 
     def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
-        gamma, sampling = config.gamma, (config.temperature, config.top_k, config.top_p)
+        gamma, sampling = config.gamma, config.sampling
         kv_len = max(batch.lengths) + gamma + 1
         t0 = time.perf_counter()
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]

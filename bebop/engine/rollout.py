@@ -3,12 +3,21 @@
 A `Rollout` carries everything RL needs from generation (tokens, the behaviour policy's log-probs) and
 everything the paper's analysis needs (target entropy per token, where each token came from, and the
 speculative counters of `bebop.metrics`).
+
+Stops. `stop_tokens` are ids, checked per emitted token. `stop_strings` are text, matched as vLLM's `stop`
+is: on the decoded completion, so a string may span several tokens. After each step a row's new tokens are
+decoded with a bounded tail of the tokens before them (enough to hold the longest string), and the first
+token whose text completes a string (`find_stop`) ends the row. For both kinds, the row keeps its tokens
+through the one that completes the stop; tokens after it, e.g. the rest of an accepted speculative chunk,
+are dropped. A completing token may carry text past the string's end ("</call>" may end in a token "l>\n"):
+the tokens keep it; the text an environment or a reward sees is cut by `find_stop`'s offsets
+(`bebop.data.prompting`: the environment reads through the string's end, the reward the text before it).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from bebop.verify import METHODS
 
@@ -19,6 +28,22 @@ ORIGINS = ("plain", "accepted", "recovered", "bonus", "env")
 
 # env(row, tokens_so_far) -> reply token ids to append and continue from, or None to end the row.
 Env = Callable[[int, list[int]], "list[int] | None"]
+# decode(token ids) -> text: the tokenizer's, needed to match `stop_strings`.
+Decode = Callable[[list[int]], str]
+# A UTF-8 character is at most 4 bytes and a byte-level token holds at least one byte, so a string of c characters
+# spans at most 4c tokens: the tail decoded before a step's new tokens.
+_TOKENS_PER_CHAR = 4
+
+
+def find_stop(text: str, strings: Sequence[str], after: int) -> tuple[int, int] | None:
+    """(start, end) of the stop string in `text` that ends first among those ending past character `after`
+    (ties: the longest), or None. Matches ending at or before `after` were there before and are not new."""
+    best = None
+    for s in strings:
+        i = text.find(s, max(0, after - len(s) + 1))
+        if i >= 0 and (best is None or (i + len(s), i) < (best[1], best[0])):
+            best = (i, i + len(s))
+    return best
 
 
 @dataclass(frozen=True)
@@ -30,6 +55,8 @@ class GenerationConfig:
     gamma: int = 3  # draft depth; 0 = plain decoding
     method: str = "rs"  # "rs" (draft ~ q, rejection sampling) | "to" (draft = argmax q) | "greedy"
     stop_tokens: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()  # matched on decoded text (module docstring); needs generate(decode=...)
+    vocab_limit: int | None = None  # ids >= vocab_limit are never sampled (the tokenizer's size; bebop.sampling)
     seed: int | None = None  # None: drawn from torch's global generator, so torch.manual_seed still makes it repeat
     profile: bool = False  # synchronise the device around each phase so per-phase timings are exact (CUDA)
 
@@ -46,7 +73,17 @@ class GenerationConfig:
             raise ValueError(f"gamma must be >= 0 (0 = plain decoding), got {self.gamma}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.vocab_limit is not None and self.vocab_limit < 1:
+            raise ValueError(f"vocab_limit must be >= 1 or None, got {self.vocab_limit}")
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
+            raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+
+    @property
+    def sampling(self) -> tuple[float, int | None, float | None, int | None]:
+        """(temperature, top_k, top_p, vocab_limit): the arguments of `bebop.sampling.scaled_logits`."""
+        return self.temperature, self.top_k, self.top_p, self.vocab_limit
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,10 +109,14 @@ class Rollout:
 
 
 class RolloutBuilder:
-    """Host-side per-prompt results, appended once per engine step; applies stop tokens, budgets and `env`."""
+    """Host-side per-prompt results, appended once per engine step; applies stops, budgets and `env`."""
 
-    def __init__(self, n: int, config: GenerationConfig, env: Env | None = None, vocab_size: int | None = None):
-        self.config, self.env, self.vocab_size = config, env, vocab_size
+    def __init__(self, n: int, config: GenerationConfig, env: Env | None = None, vocab_size: int | None = None,
+                 decode: Decode | None = None):
+        if config.stop_strings and decode is None:
+            raise ValueError(f"stop_strings {config.stop_strings!r} need a decode function to match text")
+        self.config, self.env, self.vocab_size, self.decode = config, env, vocab_size, decode
+        self.tail = _TOKENS_PER_CHAR * max((len(s) for s in config.stop_strings), default=0)
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.entropy: list[list[float]] = [[] for _ in range(n)]
@@ -87,14 +128,13 @@ class RolloutBuilder:
         """Append one step's emitted tokens to prompt `row`.
 
         Returns (state, j, reply): "run" (keep going), "done" (finished), or "park": token j of `tokens` was a
-        stop token and `env` replied with `reply` (already appended), so the engine must feed it and continue.
+        stop token or completed a stop string, and `env` replied with `reply` (already appended; tokens after j
+        were dropped), so the engine must feed it and continue.
         """
-        stops, budget = self.config.stop_tokens, self.config.max_new_tokens - len(self.tokens[row])
-        take, stop_at = min(len(tokens), budget), None
-        for j in range(take):
-            if tokens[j] in stops:
-                take, stop_at = j + 1, j
-                break
+        take = min(len(tokens), self.config.max_new_tokens - len(self.tokens[row]))
+        stop_at = self._stop_at(row, tokens[:take])
+        if stop_at is not None:
+            take = stop_at + 1
         self._extend(row, tokens[:take], logprobs[:take], entropy[:take], origins[:take])
         if stop_at is not None:
             reply = self._reply(row)
@@ -103,6 +143,20 @@ class RolloutBuilder:
             self.finish[row] = "stop"
             return "done", 0, []
         return ("done" if len(self.tokens[row]) >= self.config.max_new_tokens else "run"), 0, []
+
+    def _stop_at(self, row: int, new: list[int]) -> int | None:
+        """Index of the first of `new` (about to be appended to `row`) that is a stop token or completes a stop
+        string, else None."""
+        stops = self.config.stop_tokens
+        first = next((j for j, t in enumerate(new) if t in stops), None)
+        if not self.config.stop_strings or not new:
+            return first
+        strings, old = self.config.stop_strings, self.tokens[row][-self.tail:]
+        after = len(self.decode(old)) if old else 0
+        if find_stop(self.decode(old + new), strings, after) is None:  # the usual step: two short decodes
+            return first
+        upto = len(new) if first is None else first  # a stop token at `first` ends the row anyway
+        return next((j for j in range(upto) if find_stop(self.decode(old + new[:j + 1]), strings, after)), first)
 
     def _reply(self, row: int) -> list[int]:
         """Ask the environment; append what fits in the budget. [] when there is no env or it ends the row."""

@@ -30,7 +30,8 @@ from bebop.models.kvcache import KVCache
 from bebop.sampling import probs_from_logits, sample
 from bebop.verify import verify
 
-Sampling = tuple[float, int | None, float | None]  # (temperature, top_k, top_p), as in bebop.sampling
+# (temperature, top_k, top_p, vocab_limit): GenerationConfig.sampling, the arguments of bebop.sampling.scaled_logits
+Sampling = tuple[float, int | None, float | None, int | None]
 
 
 def draw_uniforms(rows: int, gamma: int, method: str, generator: torch.Generator,

@@ -1,8 +1,9 @@
 """From prompts to a GRPO training batch: sample a group per prompt, generate, score, align.
 
     examples (one per prompt, repeated group_size times, group by group)
-      -> engine.generate(prompt ids, config, env=...)   # plain, TO or RS; multi-turn for agent tasks
-      -> task.rewards(examples, completion texts)
+      -> bebop.data.prompting.run_task                  # prompt ids, the task's stops, engine.generate
+                                                        # (plain, TO or RS; multi-turn for agent tasks)
+      -> task.rewards(examples, completion texts)       # texts without the stop that ended each row
       -> RolloutBatch: [N, L] tensors where position i holds token i+1 of prompt+completion
 
 Alignment: a row is `prompt + completion`; the policy's logits at position i predict token i+1, so the
@@ -19,12 +20,12 @@ Multi-turn: for a task with an environment (`task.env`), the engine stops a row 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-from bebop.data.completions import make_env
+from bebop.data.prompting import PromptFormat, run_task
 from bebop.engine.rollout import GenerationConfig, Rollout
 
 
@@ -33,7 +34,7 @@ class RolloutBatch:
     examples: list[Any]  # [N] task examples, group by group
     prompts: list[list[int]]  # [N] prompt token ids
     rollout: Rollout
-    completions: list[str]  # [N] decoded completions (environment replies included)
+    completions: list[str]  # [N] decoded completions as rewards see them (env replies included, final stop not)
     rewards: torch.Tensor  # [N] float32
     tokens: torch.Tensor  # [N, L] long: prompt + completion, right-padded
     lengths: torch.Tensor  # [N] long: real length of each row
@@ -57,17 +58,13 @@ def sample_examples(task, prompts_per_step: int, group_size: int, seed: int, lev
 
 
 def collect(engine, task, tokenizer, examples: Sequence[Any], config: GenerationConfig, *,
-            policy_version: int = 0, pad_id: int = 0) -> RolloutBatch:
+            policy_version: int = 0, pad_id: int = 0, prompt_format: PromptFormat | None = None) -> RolloutBatch:
     """Generate a completion for every example, score it and build the aligned training tensors."""
     if not examples:
         raise ValueError("examples is empty: nothing to roll out")
     start = time.perf_counter()
-    stops = tuple(dict.fromkeys(config.stop_tokens + tokenizer.stop_ids(task.stop_strings)))
-    config = replace(config, stop_tokens=stops)
-    prompts = [tokenizer.encode(e.prompt) for e in examples]
-    env = make_env(task, tokenizer, examples)
-    rollout = engine.generate(prompts, config, env=env)
-    completions = [tokenizer.decode(t) for t in rollout.tokens]
+    played = run_task(engine, task, tokenizer, examples, config, prompt_format=prompt_format)
+    prompts, rollout, completions = played.prompts, played.rollout, played.texts
     rewards = torch.tensor(task.rewards(list(examples), completions), dtype=torch.float32)  # [N]
     end = time.perf_counter()
     tensors = align(prompts, rollout, pad_id)

@@ -42,17 +42,18 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return ((grouped - mean) / (std + eps)).view(-1)  # [N]
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, *,
+                   vocab_limit: int | None = None) -> torch.Tensor:
     """log softmax(logits / T) at `tokens`: logits [B, L, V], tokens [B, L] -> float32 [B, L].
 
-    The same temperature, through the same `bebop.sampling` function, as at rollout, so the ratio compares
-    the distributions that were sampled."""
+    The same temperature and vocab_limit, through the same `bebop.sampling` function, as at rollout, so the ratio
+    compares the distributions that were sampled."""
     if logits.dim() != 3 or logits.shape[:2] != tokens.shape:
         raise ValueError(f"logits must be [B, L, V] matching tokens [B, L]; got {tuple(logits.shape)}, "
                          f"{tuple(tokens.shape)}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 for training log-probs, got {temperature}")
-    logp = logprobs_from_logits(logits, temperature)  # [B, L, V]
+    logp = logprobs_from_logits(logits, temperature, vocab_limit=vocab_limit)  # [B, L, V]
     return logp.gather(-1, tokens[..., None])[..., 0]  # [B, L]
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from bebop.data.prompting import PromptFormat, vocab_limit
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -80,12 +81,13 @@ def _copy_into(snapshot: torch.nn.Module, source: torch.nn.Module) -> None:
 class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
-    `task` overrides `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys).
+    `task` overrides `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys);
+    `prompt_format` is how prompts reach the policy (`bebop.data.prompting`: raw text by default, or chat).
     """
 
     def __init__(self, config: RLConfig, model, tokenizer, *, run_dir: str | os.PathLike, head=None,
                  task=None, resume: bool = False, name: str | None = None, progress: bool = False,
-                 meta_extra: dict | None = None):
+                 meta_extra: dict | None = None, prompt_format: PromptFormat | None = None):
         if not isinstance(config, RLConfig):
             raise ValueError(f"config must be an RLConfig, got {type(config).__name__}")
         if config.uses_head and head is None:
@@ -97,6 +99,8 @@ class Trainer:
 
             task = get(config.task)
         self.config, self.tokenizer, self.task, self.progress = config, tokenizer, task, progress
+        # The rollout masks ids past the tokenizer's size (padding rows); the update's log-probs must mask the same.
+        self.prompt_format, self.vocab_limit = prompt_format, vocab_limit(tokenizer, model.config.vocab_size)
         self.run_dir = Path(run_dir)
         if resume and not self.run_dir.is_dir():
             raise FileNotFoundError(f"cannot resume: run_dir {self.run_dir} does not exist")
@@ -177,7 +181,7 @@ class Trainer:
         c = self.config
         examples = sample_examples(self.task, c.prompts_per_step, c.group_size, step_seed(c.seed, step), c.level)
         return collect(self.engine, self.task, self.tokenizer, examples, self.generation_config(step),
-                       policy_version=version, pad_id=self.tokenizer.pad_id)
+                       policy_version=version, pad_id=self.tokenizer.pad_id, prompt_format=self.prompt_format)
 
     # ----------------------------------------------------------------------------------------- update
     def _autocast(self):
@@ -225,12 +229,14 @@ class Trainer:
         c = self.config
         with self._autocast():
             outputs = layout.forward(self.policy)  # prefix logits/hidden [G, P, ·], suffix logits/hidden [n, S, ·]
-        logprobs = token_logprobs(layout.row_logits(outputs[0], outputs[2]), layout.suffix, c.temperature)  # [n, S]
+        logprobs = token_logprobs(layout.row_logits(outputs[0], outputs[2]), layout.suffix, c.temperature,
+                                  vocab_limit=self.vocab_limit)  # [n, S]
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
                 ref = layout.forward(self.reference)
-                ref_logprobs = token_logprobs(layout.row_logits(ref[0], ref[2]), layout.suffix, c.temperature)
+                ref_logprobs = token_logprobs(layout.row_logits(ref[0], ref[2]), layout.suffix, c.temperature,
+                                              vocab_limit=self.vocab_limit)
         loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
                                 ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
         loss.backward()
