@@ -8,7 +8,7 @@ import argparse
 import pytest
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
-from bebop.commands.tokenizer_args import add_chat_template_arg, resolve
+from bebop.commands.prompt_args import add_prompt_args, resolve
 from bebop.data import tasks
 from bebop.data.prompting import PromptFormat, prompt_format, prompt_ids
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
@@ -30,7 +30,7 @@ def plain_tok(tmp_path_factory):
 
 def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_chat_template_arg(parser)
+    add_prompt_args(parser)
     return parser.parse_args(list(argv))
 
 

@@ -21,6 +21,7 @@ FLOORS = {
     "bebop.entropy_law": 0, "bebop.device": 0, "bebop.runlog": 0,
     "bebop.runlog.synthetic": 4,  # preview runs named with the jobs' own config names (bebop.rl.config)
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
+    "bebop.data.prompt_options": 0,
     "bebop.plots": 1,
     "bebop.engine": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.data.prompting": 2,
     "bebop.data.completions": 3,

@@ -45,11 +45,13 @@ from rich.console import Console
 from rich.table import Table
 
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.commands.train_mtp import anchor_mask
 from bebop.data.batches import pad
 from bebop.data.completions import Completion, complete
-from bebop.data.tasks import get as get_task
-from bebop.data.tasks import parse_tasks
+from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -79,9 +81,14 @@ class EvalMTPConfig:
     seed: int = 0
     dtype: str = "auto"
     threads: int = 1
+    prompt_key: str = PROMPT_KEY  # a dataset task's columns, and how prompts are laid out (bebop.data.prompt_options)
+    answer_key: str = ANSWER_KEY
+    chat_template: str = "auto"
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
-        parse_tasks(self.tasks)
+        check_prompt_fields(self)
+        parse_tasks(self.tasks, dataset_config(self))
         if not self.heads:
             raise ValueError("heads is empty: name at least one head")
         bad = [m for m in self.methods if m not in SWEPT_METHODS]
@@ -145,9 +152,10 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
     """Generate with one (head, method, temperature) and summarise acceptance, entropy and d_TV."""
     gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=temperature, gamma=config.gamma,
                            method=method, seed=config.seed)
-    completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen)
+    fmt = job_prompt_format(config, tokenizer)
+    completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen, prompt_format=fmt)
     rates = derive(stats)
-    prompts = [tokenizer.encode(e.prompt) for e in examples]
+    prompts = prompt_ids(tokenizer, examples, fmt)
     dtv = teacher_forced_dtv(model, head, prompts, completions, config.gamma, temperature)
     entropies = [h for c in completions for h in c.entropy]
     row = {
@@ -171,7 +179,7 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, wr
     """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream."""
     rows, console = [], Console(stderr=True, quiet=not progress)
     for task_name in config.tasks:
-        task = get_task(task_name)
+        task = task_for(task_name, dataset_config(config))
         examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
         for temperature in config.temperatures:
             for label, head in heads.items():
@@ -337,7 +345,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--methods", nargs="+", default=list(d.methods), help="to and/or rs")
     parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures))
-    parser.add_argument("--tasks", nargs="+", default=list(d.tasks))
+    parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
+                        help="built-in tasks and/or datasets: jsonl:PATH, parquet:PATH, a save_to_disk directory "
+                             "(default: %(default)s)")
+    add_prompt_args(parser)
     parser.add_argument("--gamma", type=int, default=d.gamma)
     parser.add_argument("--num-prompts", type=int, default=d.num_prompts)
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
@@ -351,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
     config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                           dtype=args.dtype, threads=args.threads)
+                           dtype=args.dtype, threads=args.threads, **prompt_fields(args))
     torch.set_num_threads(config.threads)
     policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, "cpu"))
     model, tokenizer = policy.model, policy.tokenizer

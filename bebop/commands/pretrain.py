@@ -39,8 +39,8 @@ from tqdm import tqdm
 
 from bebop.data.batches import demo_batches
 from bebop.data.completions import complete
+from bebop.data.tasks import TASKS, parse_tasks
 from bebop.data.tasks import get as get_task
-from bebop.data.tasks import parse_tasks
 from bebop.data.tokenizer import CharTokenizer
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
@@ -76,6 +76,10 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         parse_tasks(self.tasks)
+        taught = [n for n in self.tasks if n not in TASKS]
+        if taught:  # a dataset has answers but no teacher: pretraining writes demonstrations of built-ins only
+            raise ValueError(f"pretrain teaches the built-in tasks {sorted(TASKS)} only (they have teachers), "
+                             f"not {taught}")
         for name in ("steps", "batch_size", "eval_every", "eval_prompts", "eval_max_new_tokens", "threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PretrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 
@@ -28,7 +29,9 @@ def _preset_default(field: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="quick", help=f"one of {list(PRESETS)} (default: %(default)s)")
-    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)} (default: %(default)s)")
+    parser.add_argument("--task", default="math",
+                        help=f"one of {list(TASKS)}, or a dataset: jsonl:PATH, parquet:PATH or a save_to_disk "
+                             "directory (default: %(default)s)")
     parser.add_argument("--rollout", default="rs",
                         help=f"one of {list(ROLLOUTS)}; none = plain decoding, no MTP (default: %(default)s)")
     parser.add_argument("--mtp", default="frozen",
@@ -59,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
+    add_prompt_args(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
@@ -67,7 +71,7 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
-                           mode="sync" if args.sync else "async", **overrides)
+                           mode="sync" if args.sync else "async", **overrides, **prompt_fields(args))
 
 
 def check_out(out: Path, resume: bool) -> None:
@@ -97,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     check_out(args.out, args.resume)
     check_policy(args.policy)
+    from bebop.data.prompting import dataset_config
+    from bebop.data.tasks import parse_tasks
+
+    parse_tasks([config.task], dataset_config(config))  # a dataset's file and columns, before the model loads
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
     if args.resume and (last := finished_step(args.out, config)) is not None:
         print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "

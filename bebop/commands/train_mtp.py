@@ -50,10 +50,12 @@ import torch
 from tqdm import tqdm
 
 from bebop.commands import policy
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.batches import pad
 from bebop.data.completions import complete
-from bebop.data.tasks import get as get_task
-from bebop.data.tasks import parse_tasks
+from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -88,11 +90,16 @@ class TrainMTPConfig:
     seed: int = 0
     autocast: str = "auto"
     threads: int = 1
+    prompt_key: str = PROMPT_KEY  # a dataset task's columns, and how prompts are laid out (bebop.data.prompt_options)
+    answer_key: str = ANSWER_KEY
+    chat_template: str = "auto"
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
-        parse_tasks(self.tasks)
+        check_prompt_fields(self)
+        parse_tasks(self.tasks, dataset_config(self))
         for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
@@ -112,7 +119,9 @@ class TrainMTPConfig:
 
     def data_key(self) -> dict:
         """The settings that fix the self-generated data (a --data cache must match them and the policy)."""
-        return {k: getattr(self, k) for k in ("temperature", "tasks", "num_sequences", "max_new_tokens", "seed")}
+        names = ("temperature", "tasks", "num_sequences", "max_new_tokens", "seed", "prompt_key", "answer_key",
+                 "chat_template", "system_prompt")
+        return {k: getattr(self, k) for k in names}
 
 
 def fingerprint(model: Transformer) -> str:
@@ -130,17 +139,17 @@ def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig) -> dict
 
     trainable[i][j] is True where token j was written by the policy (not prompt, not tool replies)."""
     engine, seqs, trainable = Engine(model), [], []
+    fmt = job_prompt_format(config, tokenizer)
     per_task = -(-config.num_sequences // len(config.tasks))
     for t, name in enumerate(config.tasks):
-        task = get_task(name)
+        task = task_for(name, dataset_config(config))
         examples = task.sample(per_task, seed=DATA_SEED + config.seed)
         gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, gamma=0,
                                seed=config.seed * 31 + t)
         for start in range(0, len(examples), 64):  # chunks keep the engine's padded batch small
             chunk = examples[start : start + 64]
-            completions, _ = complete(engine, tokenizer, task, chunk, gen)
-            for example, c in zip(chunk, completions):
-                prompt = tokenizer.encode(example.prompt)
+            completions, _ = complete(engine, tokenizer, task, chunk, gen, prompt_format=fmt)
+            for prompt, c in zip(prompt_ids(tokenizer, chunk, fmt), completions):
                 seqs.append(prompt + c.tokens)
                 trainable.append([False] * len(prompt) + c.policy)
     order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(config.seed)).tolist()
@@ -315,7 +324,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objective", default=d.objective, help=f"one of {', '.join(OBJECTIVES)}")
     parser.add_argument("--depth", type=int, default=d.depth, help="γ_train recursive draft steps")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="rollout temperature")
-    parser.add_argument("--tasks", nargs="+", default=list(d.tasks))
+    parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
+                        help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory) "
+                             "the policy answers for the head's training data (default: %(default)s)")
+    add_prompt_args(parser)
     parser.add_argument("--num-sequences", type=int, default=d.num_sequences)
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
@@ -335,13 +347,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
     if args.tiny:
-        return TrainMTPConfig.tiny(args.objective)
+        return dataclasses.replace(TrainMTPConfig.tiny(args.objective), **prompt_fields(args))
     return dataclasses.replace(
         TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
         tasks=tuple(args.tasks), num_sequences=args.num_sequences, steps=args.steps, batch_size=args.batch_size,
         lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.autocast,
         eval_every=args.eval_every, seed=args.seed, threads=args.threads,
-        init_head=None if args.init is None else str(args.init))
+        init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
 def load_policy(path: str | Path | None):

@@ -22,11 +22,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
-from bebop.data.tasks import Example, Task
+from bebop.data.prompt_options import CHAT_MODES
+from bebop.data.tasks import DatasetConfig, Example, Task
 from bebop.data.tokenizer import Tokenizer
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, find_stop
-
-CHAT_MODES = ("on", "off", "auto")  # --chat-template: auto is on when the tokenizer has a template
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,16 @@ class PromptFormat:
             raise ValueError(f"system must be a non-empty string or None, got {self.system!r}")
         if self.system is not None and not self.chat_template:
             raise ValueError("a system prompt needs the chat template (--chat-template on|auto)")
+
+
+def dataset_config(config) -> DatasetConfig:
+    """The columns a job config reads its dataset tasks with."""
+    return DatasetConfig(prompt_key=config.prompt_key, answer_key=config.answer_key)
+
+
+def job_prompt_format(config, tokenizer: Tokenizer) -> PromptFormat:
+    """The prompt format a job config's chat_template / system_prompt ask for, with this tokenizer."""
+    return prompt_format(config.chat_template, tokenizer, system=config.system_prompt)
 
 
 def prompt_format(mode: str, tokenizer: Tokenizer, system: str | None = None) -> PromptFormat:

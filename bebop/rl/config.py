@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+
 TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")
 MTP_STRATEGIES = ("frozen", "online-tv", "online-ce")
@@ -47,6 +49,10 @@ class RLConfig:
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
     micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
+    prompt_key: str = PROMPT_KEY  # a dataset task's columns (bebop.data.prompt_options)
+    answer_key: str = ANSWER_KEY
+    chat_template: str = "auto"  # "on" | "off" | "auto": prompts as a chat user turn (auto: when the tokenizer has one)
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)]
@@ -56,6 +62,7 @@ class RLConfig:
         for name, options in named:
             if getattr(self, name) not in options:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: {list(options)}")
+        check_prompt_fields(self)
         for name in ("steps", "prompts_per_step", "max_new_tokens", "gamma", "mtp_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from bebop.data.prompting import PromptFormat, vocab_limit
+from bebop.data.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -82,7 +82,8 @@ class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
     `task` overrides `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys);
-    `prompt_format` is how prompts reach the policy (`bebop.data.prompting`: raw text by default, or chat).
+    `prompt_format` overrides how prompts reach the policy (`bebop.data.prompting`; default: `config.chat_template`
+    and `config.system_prompt` with this tokenizer).
     """
 
     def __init__(self, config: RLConfig, model, tokenizer, *, run_dir: str | os.PathLike, head=None,
@@ -95,12 +96,13 @@ class Trainer:
         if head is not None:
             check_head_fits(head.config, model.config)
         if task is None:
-            from bebop.data.tasks import get
+            from bebop.data.tasks import task_for
 
-            task = get(config.task)
+            task = task_for(config.task, dataset_config(config))
         self.config, self.tokenizer, self.task, self.progress = config, tokenizer, task, progress
+        self.prompt_format = prompt_format or job_prompt_format(config, tokenizer)
         # The rollout masks ids past the tokenizer's size (padding rows); the update's log-probs must mask the same.
-        self.prompt_format, self.vocab_limit = prompt_format, vocab_limit(tokenizer, model.config.vocab_size)
+        self.vocab_limit = vocab_limit(tokenizer, model.config.vocab_size)
         self.run_dir = Path(run_dir)
         if resume and not self.run_dir.is_dir():
             raise FileNotFoundError(f"cannot resume: run_dir {self.run_dir} does not exist")

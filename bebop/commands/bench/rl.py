@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.metrics import derive, pool
 from bebop.rl.config import TASKS, RLConfig
 
@@ -43,7 +44,10 @@ SELF_DRAFT_SHAPES = ("policy", "deep")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    parser.add_argument("--tasks", nargs="+", default=["math", "agent"], help=f"tasks from {list(TASKS)}")
+    parser.add_argument("--tasks", nargs="+", default=["math", "agent"],
+                        help=f"tasks from {list(TASKS)} and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk "
+                             "directory) (default: %(default)s)")
+    add_prompt_args(parser)
     parser.add_argument("--heads", nargs="+", default=["e2e_tv"],
                         help=f"frozen heads to compare, each {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=8)
@@ -69,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag)."""
-    bad = [t for t in args.tasks if t not in TASKS]
-    if bad:
-        raise ValueError(f"unknown task(s) {bad}; valid names: {list(TASKS)}")
+    from bebop.data.tasks import DatasetConfig, parse_tasks
+
+    parse_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
     for flag in ("--steps", "--max-new-tokens", "--gamma", "--repeats"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:
@@ -144,7 +148,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
                           max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
-                          **({"lr": 0.0} if args.self_draft else {}))
+                          **({"lr": 0.0} if args.self_draft else {}), **prompt_fields(args))
     variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in default.heads]
     if args.with_sync and not args.sync:
         variants.append(("none", None, "sync"))

@@ -42,6 +42,11 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
     return DatasetTask(name, config) if task_cls is DatasetTask else task_cls(config)
 
 
+def task_for(name: str, dataset: DatasetConfig | None = None) -> Task:
+    """The task a job names: a built-in with its default config, or a dataset spec read with `dataset`'s columns."""
+    return get(name, None if name in TASKS else dataset)
+
+
 def parse_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> tuple[str, ...]:
     """Validate task names and dataset specs before any heavy work: a ValueError of one line for an unknown name,
     a missing or unreadable file, a key the dataset lacks (naming its columns) or an empty dataset. `dataset`
@@ -56,7 +61,7 @@ def parse_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> t
 
 
 __all__ = [
-    "TASKS", "get", "parse_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
+    "TASKS", "get", "task_for", "parse_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec",
 ]  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Sequence
 
 import torch
 
+from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY
 from bebop.data.tasks.answers import gold_answer, math_rewards
 from bebop.data.tasks.base import Example, Rng, Task
 
@@ -38,8 +39,8 @@ _TEXT = ("string", "large_string")
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    prompt_key: str = "question"  # GSM8K's column names
-    answer_key: str = "answer"
+    prompt_key: str = PROMPT_KEY  # GSM8K's column names
+    answer_key: str = ANSWER_KEY
     split: str = "train"  # the split of a saved DatasetDict (files load as one split)
 
     def __post_init__(self) -> None:
