@@ -1,14 +1,20 @@
 """Checkpoints in the Hugging Face layout, so bebop and `transformers` (and vLLM) read each other's models.
 
 A directory holds
-    config.json          Qwen3Config fields (model_type "qwen3", architectures ["Qwen3ForCausalLM"], torch_dtype),
-                         plus "bebop_mtp" {trained_depth, objective} when an MTP head is stored
+    config.json          the family's transformers config (Qwen3Config, Qwen2Config or LlamaConfig fields, with
+                         model_type, architectures and torch_dtype), plus "bebop_mtp" {trained_depth, objective}
+                         when an MTP head is stored
     model.safetensors    model.* / lm_head.weight (omitted when tied, as HF does) and, optionally, the head
                          under the `mtp.*` names Qwen3-Next / Qwen3.5 checkpoints use (mtp.fc.weight,
                          mtp.pre_fc_norm_embedding.weight, mtp.pre_fc_norm_hidden.weight, mtp.layers.0.*,
                          mtp.norm.weight). `transformers` ignores the mtp.* tensors when it loads the backbone.
-`load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real Qwen3 checkpoint).
+`load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real checkpoint), and a hub id
+(`resolve_checkpoint_dir`: transformers' own cache and download, so it works online and fails clearly offline).
 A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
+
+Loading builds the modules on the meta device and assigns the checkpoint's tensors to them (cast to the asked
+dtype as they are read, one tensor at a time), so the host never holds a random-init copy besides the weights:
+peak host memory stays about the size of the checkpoint at the asked dtype (`benchmarks/load_memory.py`).
 
 Every file is written to a temporary name and moved into place with os.replace, so a crash mid-save never
 leaves a truncated file under the real name.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,8 @@ MTP_PREFIX = "mtp."
 # The layer fields a head's weights depend on, recorded in head.json; a head loads onto any backbone that agrees
 # on them (`check_head_fits`).
 HEAD_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+# What a hub download fetches: configs, weights, tokenizer files and chat templates (heads beside the policy too).
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "merges.txt", "*.model"]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -97,58 +106,116 @@ def _weight_files(path: Path) -> list[Path]:
     raise FileNotFoundError(f"no weights in {path}: expected {WEIGHTS} or {INDEX}")
 
 
-def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
+def _looks_like_hub_id(name: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def resolve_checkpoint_dir(path_or_hub_id: str | os.PathLike) -> Path:
+    """The local directory of a checkpoint: `path_or_hub_id` itself when it is a directory, else the snapshot of
+    that Hugging Face hub id (downloaded, or found in the cache when offline) with its config, weights and tokenizer
+    files. Callers load the tokenizer from the same directory. One-line FileNotFoundError when neither exists."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.is_dir():
+        return path
+    name = str(path_or_hub_id)
+    if path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} is not a directory")
+    if not _looks_like_hub_id(name):
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
+    except (OSError, ValueError) as error:  # offline, unknown, gated, or no network: hub errors are OSErrors
+        reason = " ".join(str(error).split())
+        raise FileNotFoundError(f"checkpoint {name!r} is not a local directory, and the Hugging Face hub could not "
+                                f"provide it: {reason}") from None
+
+
+def _tensor_index(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    """name -> (file, shape) for every tensor of `files`, read from their headers only."""
+    index: dict[str, tuple[Path, tuple[int, ...]]] = {}
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():
-                tensors[name] = f.get_tensor(name)
-    return tensors
+                index[name] = (file, tuple(f.get_slice(name).get_shape()))
+    return index
 
 
-def _load_into(module: torch.nn.Module, tensors: dict[str, torch.Tensor], what: str, skip: set[str] = frozenset()) -> None:
-    """Copy `tensors` into `module` (casting dtype), naming every missing, unexpected or mis-shaped tensor."""
-    expected = {k: v for k, v in module.state_dict().items() if k not in skip}
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected) - skip)
+def _read_tensor(file: Path, name: str, dtype: torch.dtype) -> torch.Tensor:
+    # One open per tensor, copied out: safetensors maps the file, and mapped pages count as this process's memory
+    # until the mapping closes, which would hold a second copy of the checkpoint while the weights are assigned.
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        return f.get_tensor(name).to(dtype, copy=True)
+
+
+def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, tuple[Path, tuple[int, ...]]],
+                 what: str, skip: set[str]) -> None:
+    """Name every missing, unexpected or mis-shaped tensor of a checkpoint against a module's `expected` shapes."""
+    missing = sorted(set(expected) - set(index))
+    unexpected = sorted(set(index) - set(expected) - skip)
     if missing:
         raise ValueError(f"{what}: missing tensors {missing}")
     if unexpected:
         raise ValueError(f"{what}: unexpected tensors {unexpected}")
-    shapes = [f"{k}: checkpoint {tuple(tensors[k].shape)}, model {tuple(v.shape)}"
-              for k, v in expected.items() if tensors[k].shape != v.shape]
+    shapes = [f"{k}: checkpoint {index[k][1]}, model {shape}" for k, shape in expected.items() if index[k][1] != shape]
     if shapes:
         raise ValueError(f"{what}: mis-shaped tensors: " + "; ".join(shapes))
-    with torch.no_grad():
-        for k, v in expected.items():
-            v.copy_(tensors[k])
 
 
-def load_pretrained(path: str | os.PathLike, *, dtype: torch.dtype | None = None,
+def _assign(module: torch.nn.Module, index: dict[str, tuple[Path, tuple[int, ...]]], dtype: torch.dtype, what: str,
+            skip: set[str] = frozenset()) -> None:
+    """Give `module` (built on the meta device) the checkpoint's tensors in `dtype`, layer by layer: a layer's
+    tensors are read, fused by its load hooks (q/k/v, gate/up) and released before the next layer is read."""
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in skip}
+    _check_names(expected, index, what, skip)
+    groups: dict[str, list[str]] = {}
+    for name in expected:
+        layer = re.match(r"(.*?layers\.\d+\.)", name)
+        groups.setdefault(layer.group(1) if layer else "", []).append(name)
+    for names in groups.values():
+        chunk = {k: _read_tensor(index[k][0], k, dtype) for k in names}
+        module.load_state_dict(chunk, strict=False, assign=True)
+        del chunk
+    left = [k for k, v in module.named_parameters() if v.is_meta and k not in skip]
+    if left:
+        raise ValueError(f"{what}: tensors left unassigned {left}")
+
+
+def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | None = None,
                     device: torch.device | str | None = None) -> tuple[Transformer, MTPHead | None]:
-    """Read a Hugging Face layout directory -> (model, mtp head or None when it stores no mtp.* tensors).
+    """Read a Hugging Face layout directory or hub id -> (model, mtp head or None when it stores no mtp.* tensors).
 
     `dtype` defaults to the checkpoint's torch_dtype (float32 if unrecorded); both come back in eval mode."""
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    path = resolve_checkpoint_dir(path_or_hub_id)
     if not (path / CONFIG).is_file():
         raise FileNotFoundError(f"{path} has no {CONFIG}")
     hf = json.loads((path / CONFIG).read_text())
     config = ModelConfig.from_hf_dict(hf)
-    tensors = _read_tensors(_weight_files(path))
+    index = _tensor_index(_weight_files(path))
     if dtype is None:
         dtype = _parse_dtype(str(hf.get("torch_dtype") or hf.get("dtype") or "float32"), path / CONFIG)
-    model = Transformer(config).to(dtype=dtype)
-    head_tensors = {k[len(MTP_PREFIX):]: tensors.pop(k) for k in list(tensors) if k.startswith(MTP_PREFIX)}
+    head_index = {k[len(MTP_PREFIX):]: index.pop(k) for k in list(index) if k.startswith(MTP_PREFIX)}
+    with torch.device("meta"):
+        model = Transformer(config)
     # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
     skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    _load_into(model, {k: v for k, v in tensors.items() if k not in skip}, f"checkpoint {path}", skip)
+    _assign(model, {k: v for k, v in index.items() if k not in skip}, dtype, f"checkpoint {path}", skip)
+    model.init_derived(dtype)
     mtp = None
-    if head_tensors:
+    if head_index:
         meta = hf.get("bebop_mtp") or {}
-        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
-        _load_into(mtp, head_tensors, f"checkpoint {path} (mtp.* head)")
+        with torch.device("meta"):
+            mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
+        _assign(mtp, head_index, dtype, f"checkpoint {path} (mtp.* head)")
         mtp = mtp.to(device).eval()
     return model.to(device).eval(), mtp
 
@@ -177,11 +244,12 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
         check_head_fits(replace(model_config, **{k: meta[k] for k in HEAD_FIELDS if k in meta}), model_config)
     except ValueError as error:
         raise ValueError(f"head at {path}: {error}") from None
-    tensors = _read_tensors([path / HEAD_WEIGHTS])
-    stray = [k for k in tensors if not k.startswith(MTP_PREFIX)]
+    index = _tensor_index([path / HEAD_WEIGHTS])
+    stray = [k for k in index if not k.startswith(MTP_PREFIX)]
     if stray:
         raise ValueError(f"{path / HEAD_WEIGHTS} holds tensors outside mtp.*: {stray}")
     dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
-    mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
-    _load_into(mtp, {k[len(MTP_PREFIX):]: v for k, v in tensors.items()}, f"head {path}")
+    with torch.device("meta"):
+        mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
+    _assign(mtp, {k[len(MTP_PREFIX):]: v for k, v in index.items()}, dtype, f"head {path}")
     return mtp.to(device).eval()
