@@ -252,7 +252,7 @@ def test_presets_and_hf_dict():
     assert back.rope_theta == 5000.0 and back.head_dim == 64 and back.num_key_value_heads == 4
     with pytest.raises(ValueError, match="intermediate_size"):
         ModelConfig.from_hf_dict({k: v for k, v in d.items() if k != "intermediate_size"})
-    for bad, match in (({"hidden_act": "gelu"}, "hidden_act"), ({"model_type": "llama"}, "model_type"),
+    for bad, match in (({"hidden_act": "gelu"}, "hidden_act"), ({"model_type": "mistral"}, "model_type"),
                        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope")):
         with pytest.raises(ValueError, match=match):
             ModelConfig.from_hf_dict({**d, **bad})

@@ -140,13 +140,17 @@ def resolve_checkpoint_dir(path_or_hub_id: str | os.PathLike) -> Path:
                                 f"provide it: {reason}") from None
 
 
-def _tensor_index(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...]]]:
-    """name -> (file, shape) for every tensor of `files`, read from their headers only."""
-    index: dict[str, tuple[Path, tuple[int, ...]]] = {}
+# Where a checkpoint tensor lies, and its shape: (file, name in the file, shape).
+TensorRef = tuple[Path, str, tuple[int, ...]]
+
+
+def _tensor_index(files: list[Path]) -> dict[str, TensorRef]:
+    """name -> where it lies, for every tensor of `files`, read from their headers only."""
+    index: dict[str, TensorRef] = {}
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():
-                index[name] = (file, tuple(f.get_slice(name).get_shape()))
+                index[name] = (file, name, tuple(f.get_slice(name).get_shape()))
     return index
 
 
@@ -157,8 +161,8 @@ def _read_tensor(file: Path, name: str, dtype: torch.dtype) -> torch.Tensor:
         return f.get_tensor(name).to(dtype, copy=True)
 
 
-def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, tuple[Path, tuple[int, ...]]],
-                 what: str, skip: set[str]) -> None:
+def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, TensorRef], what: str,
+                 skip: set[str]) -> None:
     """Name every missing, unexpected or mis-shaped tensor of a checkpoint against a module's `expected` shapes."""
     missing = sorted(set(expected) - set(index))
     unexpected = sorted(set(index) - set(expected) - skip)
@@ -166,12 +170,12 @@ def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, tuple[Pa
         raise ValueError(f"{what}: missing tensors {missing}")
     if unexpected:
         raise ValueError(f"{what}: unexpected tensors {unexpected}")
-    shapes = [f"{k}: checkpoint {index[k][1]}, model {shape}" for k, shape in expected.items() if index[k][1] != shape]
+    shapes = [f"{k}: checkpoint {index[k][2]}, model {shape}" for k, shape in expected.items() if index[k][2] != shape]
     if shapes:
         raise ValueError(f"{what}: mis-shaped tensors: " + "; ".join(shapes))
 
 
-def _assign(module: torch.nn.Module, index: dict[str, tuple[Path, tuple[int, ...]]], dtype: torch.dtype, what: str,
+def _assign(module: torch.nn.Module, index: dict[str, TensorRef], dtype: torch.dtype, what: str,
             skip: set[str] = frozenset()) -> None:
     """Give `module` (built on the meta device) the checkpoint's tensors in `dtype`, layer by layer: a layer's
     tensors are read, fused by its load hooks (q/k/v, gate/up) and released before the next layer is read."""
@@ -182,7 +186,7 @@ def _assign(module: torch.nn.Module, index: dict[str, tuple[Path, tuple[int, ...
         layer = re.match(r"(.*?layers\.\d+\.)", name)
         groups.setdefault(layer.group(1) if layer else "", []).append(name)
     for names in groups.values():
-        chunk = {k: _read_tensor(index[k][0], k, dtype) for k in names}
+        chunk = {k: _read_tensor(*index[k][:2], dtype) for k in names}
         module.load_state_dict(chunk, strict=False, assign=True)
         del chunk
     left = [k for k, v in module.named_parameters() if v.is_meta and k not in skip]
