@@ -20,6 +20,8 @@ from bebop.engine.rollout import GenerationConfig
 from bebop.models.checkpoint import load_pretrained, resolve_checkpoint_dir, save_pretrained
 from bebop.models.config import Llama3RopeScaling, ModelConfig
 from bebop.models.mtp import MTPHead
+from bebop.models.prepack import prepacked
+from bebop.models.selfdraft import self_draft_pair
 from bebop.models.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
@@ -40,7 +42,7 @@ FAMILIES = {
     "qwen2": lambda: transformers.Qwen2Config(**SHAPE, tie_word_embeddings=False, use_sliding_window=False),
     "llama3": lambda: transformers.LlamaConfig(**SHAPE, tie_word_embeddings=True, rope_parameters=dict(LLAMA3)),
 }
-PROMPTS = [[5, 17, 250, 3], [9], [100, 101, 102, 103, 104, 105, 106, 107, 108], [42, 7]]
+PROMPTS = [[5, 17, 50, 3], [9], [100, 101, 102, 103, 104, 105, 106, 107, 108], [42, 7]]
 
 
 def randomize(hf: torch.nn.Module, seed: int) -> None:
@@ -201,9 +203,13 @@ def test_hub_id_offline_is_one_clear_line(tmp_path):
     assert "'bebop-tests/no-such-model'" in message and "hub" in message and "\n" not in message
 
 
+# The baseline is taken after one small load: the first meta-device model imports torch's meta kernels (~80 MB,
+# once per process, whatever the checkpoint's size), which is an import, not the loader's memory.
 PEAK = """
 import resource, sys, torch
+from bebop.default import DEFAULT_DIR
 from bebop.models import load_pretrained
+load_pretrained(DEFAULT_DIR)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 model, _ = load_pretrained(sys.argv[1])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -235,3 +241,29 @@ def test_peak_host_memory_of_loading(tmp_path, dtype, layers):
     grown = int(grown)
     assert grown < 1.3 * size, f"peak host memory grew {grown / size:.2f}x the checkpoint's {size / 1e6:.0f} MB"
 
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "llama"])
+def test_self_draft_pair_on_every_family(model_type):
+    """The acceptance-ceiling pair (a head that drafts what the policy would) is built the same on every family."""
+    scaling = Llama3RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                original_max_position_embeddings=16) if model_type == "llama" else None
+    config = ModelConfig.tiny(vocab_size=64, num_hidden_layers=2, model_type=model_type, rope_scaling=scaling)
+    model, head = self_draft_pair(config)
+    prompts = [[t % 64 for t in prompt] for prompt in PROMPTS]
+    rollout = Engine(model, head).generate(prompts, GenerationConfig(max_new_tokens=24, gamma=3, method="rs", seed=0))
+    assert rollout.stats["spec/acceptance_rate"] > 0.99
+
+
+@torch.no_grad()
+def test_packed_bf16_linears_keep_the_bias(family):
+    """Inside `prepacked` (the engine's CPU bf16 path, where this CPU packs) a Qwen2 layer's q/k/v bias is added
+    exactly as outside it."""
+    name, path, _ = family
+    if name != "qwen2":
+        pytest.skip("only Qwen2 has biased projections")
+    model, _ = load_pretrained(path, dtype=torch.bfloat16)
+    x = ids(2, 16, seed=3)
+    with prepacked(model):
+        packed = model(x)[0]
+    assert torch.equal(packed, model(x)[0])

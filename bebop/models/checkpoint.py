@@ -12,9 +12,10 @@ A directory holds
 (`resolve_checkpoint_dir`: transformers' own cache and download, so it works online and fails clearly offline).
 A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
 
-Loading builds the modules on the meta device and assigns the checkpoint's tensors to them (cast to the asked
-dtype as they are read, one tensor at a time), so the host never holds a random-init copy besides the weights:
-peak host memory stays about the size of the checkpoint at the asked dtype (`benchmarks/load_memory.py`).
+Loading builds the modules on the meta device, gives them uninitialised memory in the asked dtype and copies the
+checkpoint's tensors in, one at a time straight from the file: the host never holds a random-init or fp32 copy
+besides the weights, and its peak memory stays about the checkpoint's size at that dtype (tests/test_families.py
+measures it).
 
 Every file is written to a temporary name and moved into place with os.replace, so a crash mid-save never
 leaves a truncated file under the real name.
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ MTP_PREFIX = "mtp."
 HEAD_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
 # What a hub download fetches: configs, weights, tokenizer files and chat templates (heads beside the policy too).
 HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "merges.txt", "*.model"]
+# Largest piece of a checkpoint read at once (see `_copy_tensor`).
+BLOCK_BYTES = 16 * 2**20
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -154,16 +156,10 @@ def _tensor_index(files: list[Path]) -> dict[str, TensorRef]:
     return index
 
 
-def _read_tensor(file: Path, name: str, dtype: torch.dtype) -> torch.Tensor:
-    # One open per tensor, copied out: safetensors maps the file, and mapped pages count as this process's memory
-    # until the mapping closes, which would hold a second copy of the checkpoint while the weights are assigned.
-    with safe_open(str(file), framework="pt", device="cpu") as f:
-        return f.get_tensor(name).to(dtype, copy=True)
-
-
-def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, TensorRef], what: str,
-                 skip: set[str]) -> None:
-    """Name every missing, unexpected or mis-shaped tensor of a checkpoint against a module's `expected` shapes."""
+def _check_names(module: torch.nn.Module, index: dict[str, TensorRef], what: str, skip: set[str]) -> None:
+    """Name every missing, unexpected or mis-shaped tensor of a checkpoint against `module`'s state_dict (meta
+    tensors do: only shapes are read)."""
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in skip}
     missing = sorted(set(expected) - set(index))
     unexpected = sorted(set(index) - set(expected) - skip)
     if missing:
@@ -175,23 +171,36 @@ def _check_names(expected: dict[str, tuple[int, ...]], index: dict[str, TensorRe
         raise ValueError(f"{what}: mis-shaped tensors: " + "; ".join(shapes))
 
 
-def _assign(module: torch.nn.Module, index: dict[str, TensorRef], dtype: torch.dtype, what: str,
-            skip: set[str] = frozenset()) -> None:
-    """Give `module` (built on the meta device) the checkpoint's tensors in `dtype`, layer by layer: a layer's
-    tensors are read, fused by its load hooks (q/k/v, gate/up) and released before the next layer is read."""
-    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in skip}
-    _check_names(expected, index, what, skip)
-    groups: dict[str, list[str]] = {}
-    for name in expected:
-        layer = re.match(r"(.*?layers\.\d+\.)", name)
-        groups.setdefault(layer.group(1) if layer else "", []).append(name)
-    for names in groups.values():
-        chunk = {k: _read_tensor(*index[k][:2], dtype) for k in names}
-        module.load_state_dict(chunk, strict=False, assign=True)
-        del chunk
-    left = [k for k, v in module.named_parameters() if v.is_meta and k not in skip]
-    if left:
-        raise ValueError(f"{what}: tensors left unassigned {left}")
+def _materialise(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """A module built on the meta device gets uninitialised host tensors in `dtype`: no random init to overwrite,
+    no fp32 copy of a bf16 model, and pages that only count once the checkpoint's values are written to them."""
+    module.to(dtype).to_empty(device="cpu")
+
+
+def _copy_tensor(file: Path, name: str, target: torch.Tensor) -> None:
+    """target.copy_(the tensor `name` of `file`), cast to target's dtype, in blocks of rows of at most BLOCK_BYTES.
+
+    safetensors maps the file, and the mapped pages a read touches count as this process's memory until the
+    mapping closes; a mapping per block keeps that to one block, where one held open for the whole load would grow
+    into a second copy of the checkpoint (and one per tensor, to the largest tensor: the embedding)."""
+    if target.dim() == 0:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            target.copy_(f.get_tensor(name))
+        return
+    rows = max(1, BLOCK_BYTES // max(1, target[0].numel() * 4))  # 4: the widest dtype a checkpoint stores here
+    for start in range(0, target.shape[0], rows):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            target[start:start + rows].copy_(f.get_slice(name)[start:start + rows])
+
+
+def _fill(module: torch.nn.Module, index: dict[str, TensorRef], skip: set[str] = frozenset()) -> None:
+    """Copy the checkpoint's tensors into `module` (checked by `_check_names`), cast to its dtype, straight from
+    the files. The fused projections' state_dict entries are row views of q/k/v and gate/up, so the parts land in
+    place, with no concatenated copy."""
+    with torch.no_grad():
+        for k, target in module.state_dict().items():
+            if k not in skip:
+                _copy_tensor(*index[k][:2], target)
 
 
 def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | None = None,
@@ -208,20 +217,23 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
     if dtype is None:
         dtype = _parse_dtype(str(hf.get("torch_dtype") or hf.get("dtype") or "float32"), path / CONFIG)
     head_index = {k[len(MTP_PREFIX):]: index.pop(k) for k in list(index) if k.startswith(MTP_PREFIX)}
+    meta = hf.get("bebop_mtp") or {}
     with torch.device("meta"):
         model = Transformer(config)
+        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
     # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
     skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    _assign(model, {k: v for k, v in index.items() if k not in skip}, dtype, f"checkpoint {path}", skip)
-    model.init_derived(dtype)
-    mtp = None
+    _check_names(model, index, f"checkpoint {path}", skip)
     if head_index:
-        meta = hf.get("bebop_mtp") or {}
-        with torch.device("meta"):
-            mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
-        _assign(mtp, head_index, dtype, f"checkpoint {path} (mtp.* head)")
-        mtp = mtp.to(device).eval()
-    return model.to(device).eval(), mtp
+        _check_names(mtp, head_index, f"checkpoint {path} (mtp.* head)", set())
+    _materialise(model, dtype)
+    model.tie_weights()  # materialising gave the embedding and the LM head a tensor each
+    model.init_rope(dtype)  # before the weights: its fp32 scratch is gone by the time they take their memory
+    _fill(model, index, skip)
+    if head_index:
+        _materialise(mtp, dtype)
+        _fill(mtp, head_index)
+    return model.to(device).eval(), (mtp.to(device).eval() if head_index else None)
 
 
 def save_head(mtp: MTPHead, path: str | os.PathLike) -> None:
@@ -255,5 +267,8 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
     dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
     with torch.device("meta"):
         mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
-    _assign(mtp, {k[len(MTP_PREFIX):]: v for k, v in index.items()}, dtype, f"head {path}")
+    index = {k[len(MTP_PREFIX):]: v for k, v in index.items()}
+    _check_names(mtp, index, f"head {path}", set())
+    _materialise(mtp, dtype)
+    _fill(mtp, index)
     return mtp.to(device).eval()

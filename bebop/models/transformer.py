@@ -196,20 +196,21 @@ class Transformer(nn.Module):
         self.model = Qwen3Backbone(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.apply(init_weights)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.tie_weights()
         cos, sin = rope_tables(config)
         # Not persistent: derived from the config, and absent from HF checkpoints. They follow .to(dtype),
         # which rounds them exactly as HF rounds its fp32 cos/sin to the activation dtype.
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin_signed", sin, persistent=False)
 
-    def init_derived(self, dtype: torch.dtype, device: torch.device | str | None = None) -> None:
-        """For a model built on the meta device whose weights were then assigned from a checkpoint: tie the LM head
-        to the embedding again (when configured; assignment replaced the embedding) and compute the RoPE tables,
-        which no checkpoint holds, on `device` in `dtype`."""
+    def tie_weights(self) -> None:
+        """Make the LM head the embedding matrix, when the config ties them (also after assigning a new embedding)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def init_rope(self, dtype: torch.dtype, device: torch.device | str | None = None) -> None:
+        """(Re)compute the RoPE tables on `device` in `dtype`: for a model built on the meta device, whose weights
+        come from a checkpoint that does not hold these derived tables."""
         cos, sin = rope_tables(self.config, device)
         self.rope_cos, self.rope_sin_signed = cos.to(dtype), sin.to(dtype)
 
