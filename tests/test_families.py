@@ -194,12 +194,22 @@ def _python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     return out
 
 
-def test_hub_id_offline_is_one_clear_line(tmp_path):
+def test_hub_ids_resolve_through_the_hub_cache_offline(tmp_path):
+    """With HF_HUB_OFFLINE=1 a hub id in the Hugging Face cache loads (huggingface_hub's own resolution), and one
+    that is not there fails in one line naming it."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--bebop-tests--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    save_pretrained(Transformer(ModelConfig.tiny(vocab_size=VOCAB, num_hidden_layers=1, model_type="llama")),
+                    repo / "snapshots" / commit)
     code = ("from bebop.models import load_pretrained\n"
+            "print(load_pretrained('bebop-tests/tiny')[0].config.model_type)\n"
             "try:\n    load_pretrained('bebop-tests/no-such-model')\n"
             "except FileNotFoundError as e:\n    print(repr(str(e)))\n")
-    out = _python(code, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
-    message = eval(out.stdout.strip())
+    found, missing = _python(code, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path)).stdout.strip().split("\n")
+    assert found == "llama"
+    message = eval(missing)
     assert "'bebop-tests/no-such-model'" in message and "hub" in message and "\n" not in message
 
 

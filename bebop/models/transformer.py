@@ -80,11 +80,7 @@ def _load_fused(fused: str, parts: dict[str, int], module, state, prefix, *args)
     for kind in ("weight", "bias"):
         names = [f"{prefix}{name}.{kind}" for name in parts]
         if all(name in state for name in names):
-            # pop first: the parts' last reference goes with the concatenation, so a loader that hands over
-            # its own tensors holds one copy of them at a time
-            blocks = [state.pop(name) for name in names]
-            state[f"{prefix}{fused}.{kind}"] = torch.cat(blocks)
-            del blocks
+            state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(name) for name in names])
 
 
 def fuse_checkpoint_names(module: nn.Module, fused: str, parts: dict[str, int]) -> None:
