@@ -203,27 +203,27 @@ def test_hub_ids_resolve_through_the_hub_cache_offline(tmp_path):
     (repo / "refs" / "main").write_text(commit)
     save_pretrained(Transformer(ModelConfig.tiny(vocab_size=VOCAB, num_hidden_layers=1, model_type="llama")),
                     repo / "snapshots" / commit)
-    code = ("from bebop.models import load_pretrained\n"
+    code = ("import json\nfrom bebop.models import load_pretrained\n"
             "print(load_pretrained('bebop-tests/tiny')[0].config.model_type)\n"
             "try:\n    load_pretrained('bebop-tests/no-such-model')\n"
-            "except FileNotFoundError as e:\n    print(repr(str(e)))\n")
+            "except FileNotFoundError as e:\n    print(json.dumps(str(e)))\n")
     found, missing = _python(code, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path)).stdout.strip().split("\n")
     assert found == "llama"
-    message = eval(missing)
+    message = json.loads(missing)
     assert "'bebop-tests/no-such-model'" in message and "hub" in message and "\n" not in message
 
 
 # The baseline is taken after one small load: the first meta-device model imports torch's meta kernels (~80 MB,
 # once per process, whatever the checkpoint's size), which is an import, not the loader's memory.
 PEAK = """
-import resource, sys, torch
+import json, resource, sys
 from bebop.default import DEFAULT_DIR
 from bebop.models import load_pretrained
 load_pretrained(DEFAULT_DIR)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 model, _ = load_pretrained(sys.argv[1])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - base) * 1024, sorted({str(p.dtype) for p in model.parameters()}))
+print(json.dumps([(peak - base) * 1024, sorted({str(p.dtype) for p in model.parameters()})]))
 """
 
 
@@ -246,11 +246,9 @@ def test_peak_host_memory_of_loading(tmp_path, dtype, layers):
                          num_attention_heads=16, num_key_value_heads=8, head_dim=64)
     size = write_random_checkpoint(tmp_path, config, dtype)
     assert 200e6 < size < 300e6
-    grown, dtypes = _python(PEAK, str(tmp_path)).stdout.split(" ", 1)
-    assert eval(dtypes) == [str(dtype)]
-    grown = int(grown)
+    grown, dtypes = json.loads(_python(PEAK, str(tmp_path)).stdout)
+    assert dtypes == [str(dtype)]
     assert grown < 1.3 * size, f"peak host memory grew {grown / size:.2f}x the checkpoint's {size / 1e6:.0f} MB"
-
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "llama"])

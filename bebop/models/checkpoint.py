@@ -9,7 +9,8 @@ A directory holds
                          mtp.pre_fc_norm_embedding.weight, mtp.pre_fc_norm_hidden.weight, mtp.layers.0.*,
                          mtp.norm.weight). `transformers` ignores the mtp.* tensors when it loads the backbone.
 `load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real checkpoint), and a hub id
-(`resolve_checkpoint_dir`: transformers' own cache and download, so it works online and fails clearly offline).
+(`resolve_checkpoint_dir`: huggingface_hub's cache and download, the ones transformers uses, so it works online
+and fails clearly offline).
 A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
 
 Loading builds the modules on the meta device, gives them uninitialised memory in the asked dtype and copies the
@@ -109,9 +110,10 @@ def _weight_files(path: Path) -> list[Path]:
 
 
 def _looks_like_hub_id(name: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    """`owner/name` or `name` as the hub spells them; anything path-like (./x, /x, a/b/c) is a local path."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # only for names that are not directories
 
-    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
         return False
     try:
         validate_repo_id(name)
