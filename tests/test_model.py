@@ -73,6 +73,21 @@ def test_fused_projections_keep_qwen3_checkpoint_names(model):
     assert other.model.layers[1].mlp.gate_up_proj.weight[:c.intermediate_size].abs().max() > 0
 
 
+def test_qwen2_biases_fuse_and_split_like_weights():
+    """Qwen2's q/k/v biases load and save under q_proj.bias / k_proj.bias / v_proj.bias, in the fused rows' order."""
+    torch.manual_seed(0)
+    qwen2 = Transformer(ModelConfig.tiny(vocab_size=VOCAB, num_hidden_layers=1, model_type="qwen2"))
+    state = qwen2.state_dict()
+    assert "model.layers.0.self_attn.q_norm.weight" not in state and "qkv_proj" not in " ".join(state)
+    c = qwen2.config
+    biases = {p: torch.randn(n * c.head_dim) for p, n in (("q_proj", c.num_attention_heads),
+                                                         ("k_proj", c.num_key_value_heads),
+                                                         ("v_proj", c.num_key_value_heads))}
+    qwen2.load_state_dict({**state, **{f"model.layers.0.self_attn.{p}.bias": b for p, b in biases.items()}})
+    assert torch.equal(qwen2.model.layers[0].self_attn.qkv_proj.bias, torch.cat(list(biases.values())))
+    assert torch.equal(qwen2.state_dict()["model.layers.0.self_attn.k_proj.bias"], biases["k_proj"])
+
+
 @torch.no_grad()
 def test_cached_chunks_equal_uncached(model):
     x = tokens(2, 12, seed=1)
@@ -252,7 +267,7 @@ def test_presets_and_hf_dict():
     assert back.rope_theta == 5000.0 and back.head_dim == 64 and back.num_key_value_heads == 4
     with pytest.raises(ValueError, match="intermediate_size"):
         ModelConfig.from_hf_dict({k: v for k, v in d.items() if k != "intermediate_size"})
-    for bad, match in (({"hidden_act": "gelu"}, "hidden_act"), ({"model_type": "llama"}, "model_type"),
+    for bad, match in (({"hidden_act": "gelu"}, "hidden_act"), ({"model_type": "mistral"}, "model_type"),
                        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope")):
         with pytest.raises(ValueError, match=match):
             ModelConfig.from_hf_dict({**d, **bad})

@@ -38,16 +38,48 @@ if TYPE_CHECKING:
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> out [B, H, S, D]
 
 
-def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [max_position_embeddings, head_dim] in fp32, from the angles of transformers' default
-    RoPE. The sin table carries rotate-half's sign ([-sin, sin] over the two halves), so `apply_rope` is a roll
-    and one multiply-add: x*cos + rotate_half(x)*sin exactly (negation is exact), up to the rounding of a fused
-    multiply-add."""
+def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+    """RoPE's rotation speed per pair of dimensions [D/2] in fp32: theta^(-2i/D), rescaled for Llama 3.1
+    (`llama3_scaled_frequencies`) when the config asks for it."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))  # [D/2]
-    freqs = torch.arange(config.max_position_embeddings).float()[:, None] * inv_freq  # [P, D/2]
+    if config.rope_scaling is None:
+        return inv_freq
+    s = config.rope_scaling
+    return llama3_scaled_frequencies(inv_freq, s.factor, s.low_freq_factor, s.high_freq_factor,
+                                     s.original_max_position_embeddings)
+
+
+def llama3_scaled_frequencies(inv_freq: torch.Tensor, factor: float, low_freq_factor: float,
+                              high_freq_factor: float, original_max_position_embeddings: int) -> torch.Tensor:
+    """Llama 3.1's frequency scaling, inv_freq [D/2] -> [D/2]. With wavelength w = 2π / f and the pretraining
+    context L = original_max_position_embeddings:
+
+        w < L / high_freq_factor  ->  f                     (fast rotations resolve positions locally: kept)
+        w > L / low_freq_factor   ->  f / factor            (slow rotations are stretched to the longer context)
+        otherwise                 ->  (1 - s) f / factor + s f,   s = (L / w - low_freq_factor)
+                                                                      / (high_freq_factor - low_freq_factor)
+
+    s runs from 0 at the long-wavelength edge to 1 at the short one, so the three pieces join continuously."""
+    wavelength = 2 * math.pi / inv_freq  # [D/2]
+    L = original_max_position_embeddings
+    stretched = torch.where(wavelength > L / low_freq_factor, inv_freq / factor, inv_freq)  # [D/2]
+    smooth = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)  # [D/2]
+    blended = (1 - smooth) * stretched / factor + smooth * stretched  # [D/2]
+    between = (wavelength >= L / high_freq_factor) & (wavelength <= L / low_freq_factor)  # [D/2]
+    return torch.where(between, blended, stretched)
+
+
+def rope_tables(config: ModelConfig, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [max_position_embeddings, head_dim] in fp32, from the angles of transformers' RoPE
+    (default, or llama3-scaled: `rope_inverse_frequencies`). The sin table carries rotate-half's sign ([-sin, sin]
+    over the two halves), so `apply_rope` is a roll and one multiply-add: x*cos + rotate_half(x)*sin exactly
+    (negation is exact), up to the rounding of a fused multiply-add."""
+    dim = config.head_dim
+    inv_freq = rope_inverse_frequencies(config).to(device)  # [D/2]
+    freqs = torch.arange(config.max_position_embeddings, device=device).float()[:, None] * inv_freq  # [P, D/2]
     angles = torch.cat([freqs, freqs], -1)  # [P, D]
-    sign = torch.cat([-torch.ones(dim // 2), torch.ones(dim // 2)])  # [D]
+    sign = torch.cat([-torch.ones(dim // 2, device=device), torch.ones(dim // 2, device=device)])  # [D]
     return angles.cos(), angles.sin() * sign
 
 

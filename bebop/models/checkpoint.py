@@ -1,14 +1,22 @@
 """Checkpoints in the Hugging Face layout, so bebop and `transformers` (and vLLM) read each other's models.
 
 A directory holds
-    config.json          Qwen3Config fields (model_type "qwen3", architectures ["Qwen3ForCausalLM"], torch_dtype),
-                         plus "bebop_mtp" {trained_depth, objective} when an MTP head is stored
+    config.json          the family's transformers config (Qwen3Config, Qwen2Config or LlamaConfig fields, with
+                         model_type, architectures and torch_dtype), plus "bebop_mtp" {trained_depth, objective}
+                         when an MTP head is stored
     model.safetensors    model.* / lm_head.weight (omitted when tied, as HF does) and, optionally, the head
                          under the `mtp.*` names Qwen3-Next / Qwen3.5 checkpoints use (mtp.fc.weight,
                          mtp.pre_fc_norm_embedding.weight, mtp.pre_fc_norm_hidden.weight, mtp.layers.0.*,
                          mtp.norm.weight). `transformers` ignores the mtp.* tensors when it loads the backbone.
-`load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real Qwen3 checkpoint).
+`load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real checkpoint), and a hub id
+(`resolve_checkpoint_dir`: huggingface_hub's cache and download, the ones transformers uses, so it works online
+and fails clearly offline).
 A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
+
+Loading builds the modules on the meta device, gives them uninitialised memory in the asked dtype and copies the
+checkpoint's tensors in, one at a time straight from the file: the host never holds a random-init or fp32 copy
+besides the weights, and its peak memory stays about the checkpoint's size at that dtype (tests/test_families.py
+measures it).
 
 Every file is written to a temporary name and moved into place with os.replace, so a crash mid-save never
 leaves a truncated file under the real name.
@@ -37,6 +45,10 @@ MTP_PREFIX = "mtp."
 # The layer fields a head's weights depend on, recorded in head.json; a head loads onto any backbone that agrees
 # on them (`check_head_fits`).
 HEAD_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+# What a hub download fetches: configs, weights, tokenizer files and chat templates (heads beside the policy too).
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "merges.txt", "*.model"]
+# Largest piece of a checkpoint read at once (see `_copy_tensor`).
+BLOCK_BYTES = 16 * 2**20
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -97,60 +109,133 @@ def _weight_files(path: Path) -> list[Path]:
     raise FileNotFoundError(f"no weights in {path}: expected {WEIGHTS} or {INDEX}")
 
 
-def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
+def _looks_like_hub_id(name: str) -> bool:
+    """`owner/name` or `name` as the hub spells them; anything path-like (./x, /x, a/b/c) is a local path."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # only for names that are not directories
+
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def resolve_checkpoint_dir(path_or_hub_id: str | os.PathLike) -> Path:
+    """The local directory of a checkpoint: `path_or_hub_id` itself when it is a directory, else the snapshot of
+    that Hugging Face hub id (downloaded, or found in the cache when offline) with its config, weights and tokenizer
+    files. Callers load the tokenizer from the same directory. One-line FileNotFoundError when neither exists."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.is_dir():
+        return path
+    name = str(path_or_hub_id)
+    if path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} is not a directory")
+    if not _looks_like_hub_id(name):
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
+    except (OSError, ValueError) as error:  # offline, unknown, gated, or no network: hub errors are OSErrors
+        reason = " ".join(str(error).split())
+        raise FileNotFoundError(f"checkpoint {name!r} is not a local directory, and the Hugging Face hub could not "
+                                f"provide it: {reason}") from None
+
+
+# Where a checkpoint tensor lies, and its shape: (file, name in the file, shape).
+TensorRef = tuple[Path, str, tuple[int, ...]]
+
+
+def _tensor_index(files: list[Path]) -> dict[str, TensorRef]:
+    """name -> where it lies, for every tensor of `files`, read from their headers only."""
+    index: dict[str, TensorRef] = {}
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():
-                tensors[name] = f.get_tensor(name)
-    return tensors
+                index[name] = (file, name, tuple(f.get_slice(name).get_shape()))
+    return index
 
 
-def _load_into(module: torch.nn.Module, tensors: dict[str, torch.Tensor], what: str, skip: set[str] = frozenset()) -> None:
-    """Copy `tensors` into `module` (casting dtype), naming every missing, unexpected or mis-shaped tensor."""
-    expected = {k: v for k, v in module.state_dict().items() if k not in skip}
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected) - skip)
+def _check_names(module: torch.nn.Module, index: dict[str, TensorRef], what: str, skip: set[str]) -> None:
+    """Name every missing, unexpected or mis-shaped tensor of a checkpoint against `module`'s state_dict (meta
+    tensors do: only shapes are read)."""
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in skip}
+    missing = sorted(set(expected) - set(index))
+    unexpected = sorted(set(index) - set(expected) - skip)
     if missing:
         raise ValueError(f"{what}: missing tensors {missing}")
     if unexpected:
         raise ValueError(f"{what}: unexpected tensors {unexpected}")
-    shapes = [f"{k}: checkpoint {tuple(tensors[k].shape)}, model {tuple(v.shape)}"
-              for k, v in expected.items() if tensors[k].shape != v.shape]
+    shapes = [f"{k}: checkpoint {index[k][2]}, model {shape}" for k, shape in expected.items() if index[k][2] != shape]
     if shapes:
         raise ValueError(f"{what}: mis-shaped tensors: " + "; ".join(shapes))
+
+
+def _materialise(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """A module built on the meta device gets uninitialised host tensors in `dtype`: no random init to overwrite,
+    no fp32 copy of a bf16 model, and pages that only count once the checkpoint's values are written to them."""
+    module.to(dtype).to_empty(device="cpu")
+
+
+def _copy_tensor(file: Path, name: str, target: torch.Tensor) -> None:
+    """target.copy_(the tensor `name` of `file`), cast to target's dtype, in blocks of rows of at most BLOCK_BYTES.
+
+    safetensors maps the file, and the mapped pages a read touches count as this process's memory until the
+    mapping closes; a mapping per block keeps that to one block, where one held open for the whole load would grow
+    into a second copy of the checkpoint (and one per tensor, to the largest tensor: the embedding)."""
+    if target.dim() == 0:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            target.copy_(f.get_tensor(name))
+        return
+    rows = max(1, BLOCK_BYTES // max(1, target[0].numel() * 4))  # 4: the widest dtype a checkpoint stores here
+    for start in range(0, target.shape[0], rows):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            target[start:start + rows].copy_(f.get_slice(name)[start:start + rows])
+
+
+def _fill(module: torch.nn.Module, index: dict[str, TensorRef], skip: set[str] = frozenset()) -> None:
+    """Copy the checkpoint's tensors into `module` (checked by `_check_names`), cast to its dtype, straight from
+    the files. The fused projections' state_dict entries are row views of q/k/v and gate/up, so the parts land in
+    place, with no concatenated copy."""
     with torch.no_grad():
-        for k, v in expected.items():
-            v.copy_(tensors[k])
+        for k, target in module.state_dict().items():
+            if k not in skip:
+                _copy_tensor(*index[k][:2], target)
 
 
-def load_pretrained(path: str | os.PathLike, *, dtype: torch.dtype | None = None,
+def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | None = None,
                     device: torch.device | str | None = None) -> tuple[Transformer, MTPHead | None]:
-    """Read a Hugging Face layout directory -> (model, mtp head or None when it stores no mtp.* tensors).
+    """Read a Hugging Face layout directory or hub id -> (model, mtp head or None when it stores no mtp.* tensors).
 
     `dtype` defaults to the checkpoint's torch_dtype (float32 if unrecorded); both come back in eval mode."""
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    path = resolve_checkpoint_dir(path_or_hub_id)
     if not (path / CONFIG).is_file():
         raise FileNotFoundError(f"{path} has no {CONFIG}")
     hf = json.loads((path / CONFIG).read_text())
     config = ModelConfig.from_hf_dict(hf)
-    tensors = _read_tensors(_weight_files(path))
+    index = _tensor_index(_weight_files(path))
     if dtype is None:
         dtype = _parse_dtype(str(hf.get("torch_dtype") or hf.get("dtype") or "float32"), path / CONFIG)
-    model = Transformer(config).to(dtype=dtype)
-    head_tensors = {k[len(MTP_PREFIX):]: tensors.pop(k) for k in list(tensors) if k.startswith(MTP_PREFIX)}
+    head_index = {k[len(MTP_PREFIX):]: index.pop(k) for k in list(index) if k.startswith(MTP_PREFIX)}
+    meta = hf.get("bebop_mtp") or {}
+    with torch.device("meta"):
+        model = Transformer(config)
+        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
     # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
     skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    _load_into(model, {k: v for k, v in tensors.items() if k not in skip}, f"checkpoint {path}", skip)
-    mtp = None
-    if head_tensors:
-        meta = hf.get("bebop_mtp") or {}
-        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
-        _load_into(mtp, head_tensors, f"checkpoint {path} (mtp.* head)")
-        mtp = mtp.to(device).eval()
-    return model.to(device).eval(), mtp
+    _check_names(model, index, f"checkpoint {path}", skip)
+    if head_index:
+        _check_names(mtp, head_index, f"checkpoint {path} (mtp.* head)", set())
+    _materialise(model, dtype)
+    model.tie_weights()  # materialising gave the embedding and the LM head a tensor each
+    model.init_rope(dtype)  # before the weights: its fp32 scratch is gone by the time they take their memory
+    _fill(model, index, skip)
+    if head_index:
+        _materialise(mtp, dtype)
+        _fill(mtp, head_index)
+    return model.to(device).eval(), (mtp.to(device).eval() if head_index else None)
 
 
 def save_head(mtp: MTPHead, path: str | os.PathLike) -> None:
@@ -177,11 +262,15 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
         check_head_fits(replace(model_config, **{k: meta[k] for k in HEAD_FIELDS if k in meta}), model_config)
     except ValueError as error:
         raise ValueError(f"head at {path}: {error}") from None
-    tensors = _read_tensors([path / HEAD_WEIGHTS])
-    stray = [k for k in tensors if not k.startswith(MTP_PREFIX)]
+    index = _tensor_index([path / HEAD_WEIGHTS])
+    stray = [k for k in index if not k.startswith(MTP_PREFIX)]
     if stray:
         raise ValueError(f"{path / HEAD_WEIGHTS} holds tensors outside mtp.*: {stray}")
     dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
-    mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective")).to(dtype)
-    _load_into(mtp, {k[len(MTP_PREFIX):]: v for k, v in tensors.items()}, f"head {path}")
+    with torch.device("meta"):
+        mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
+    index = {k[len(MTP_PREFIX):]: v for k, v in index.items()}
+    _check_names(mtp, index, f"head {path}", set())
+    _materialise(mtp, dtype)
+    _fill(mtp, index)
     return mtp.to(device).eval()

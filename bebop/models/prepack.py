@@ -51,8 +51,8 @@ def linear(x: torch.Tensor, module: nn.Linear, *, detach: bool = False) -> torch
     if _ACTIVE and not torch.compiler.is_compiling():  # compiled graphs never pack: see the module docstring
         packed = _ACTIVE.get(module)
         if packed is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-            return out if module.bias is None else out + module.bias
+            # the bias goes into the kernel, as F.linear's does: added afterwards it rounds differently in bf16
+            return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")
     weight = module.weight.detach() if detach else module.weight
     return F.linear(x, weight, module.bias)
 

@@ -1,15 +1,19 @@
-"""A Qwen3-family decoder: the policy (target) that bebop samples, trains and speculates against.
+"""The decoder of the Qwen3, Qwen2 and Llama-3 families: the policy (target) that bebop samples, trains and
+speculates against.
 
-Architecture (identical to `transformers`' Qwen3 in fp32, same checkpoint names, so checkpoints move both ways):
+Architecture (identical to `transformers`' Qwen3 / Qwen2 / Llama in fp32, same checkpoint names, so checkpoints
+move both ways):
 
     x = embed_tokens(tokens)
     for each layer:  x = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))
                          with n = input_layernorm(x);  grouped-query attention, Hkv | H
+                         (Qwen3 has the q/k norms; Qwen2 has none but biases on q/k/v_proj; Llama has neither)
                      x = x + down_proj(silu(gate_proj(m)) * up_proj(m)),  m = post_attention_layernorm(x)
     hidden = norm(x);  logits = lm_head(hidden)      (lm_head tied to embed_tokens when configured)
 
 q/k/v and gate/up each run as one matmul (`qkv_proj`, `gate_up_proj`, as vLLM and gpt-fast fuse them); checkpoints
-still read and write the separate Qwen3 names (see `fuse_checkpoint_names`).
+still read and write the separate q_proj / k_proj / v_proj, gate_proj / up_proj names (see
+`fuse_checkpoint_names`).
 
 `forward` returns (logits, hidden) where `hidden` is the final hidden state AFTER the final norm, i.e. what
 the LM head reads. That is the h_0 the MTP head takes (vLLM's deepseek_mtp / qwen3_next_mtp feed the
@@ -65,28 +69,32 @@ class RMSNorm(nn.Module):
 
 
 def _save_fused(fused: str, parts: dict[str, int], module, state, prefix, local_metadata) -> None:
-    weight = state.pop(f"{prefix}{fused}.weight")
-    for name, block in zip(parts, weight.split(list(parts.values()))):
-        state[f"{prefix}{name}.weight"] = block
+    for kind in ("weight", "bias"):
+        if f"{prefix}{fused}.{kind}" in state:
+            tensor = state.pop(f"{prefix}{fused}.{kind}")
+            for name, block in zip(parts, tensor.split(list(parts.values()))):
+                state[f"{prefix}{name}.{kind}"] = block
 
 
 def _load_fused(fused: str, parts: dict[str, int], module, state, prefix, *args) -> None:
-    names = [f"{prefix}{name}.weight" for name in parts]
-    if all(name in state for name in names):
-        state[f"{prefix}{fused}.weight"] = torch.cat([state.pop(name) for name in names])
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in parts]
+        if all(name in state for name in names):
+            state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(name) for name in names])
 
 
 def fuse_checkpoint_names(module: nn.Module, fused: str, parts: dict[str, int]) -> None:
-    """Let `module.<fused>` (a bias-free Linear whose output rows are the `parts`, in order, with these row
-    counts) read and write checkpoints as separate `module.<part>.weight` tensors: `state_dict` gives row views
-    under the part names (so copying into them writes the fused weight), `load_state_dict` concatenates them.
-    The hooks are module-level partials, so the module still pickles."""
+    """Let `module.<fused>` (a Linear whose output rows are the `parts`, in order, with these row counts) read and
+    write checkpoints as separate `module.<part>.weight` (and `.bias`, when it has one) tensors: `state_dict` gives
+    row views under the part names (so copying into them writes the fused weight), `load_state_dict` concatenates
+    them. The hooks are module-level partials, so the module still pickles."""
     module.register_state_dict_post_hook(partial(_save_fused, fused, parts))
     module.register_load_state_dict_pre_hook(partial(_load_fused, fused, parts))
 
 
 class Attention(nn.Module):
-    """Grouped-query self-attention with per-head q/k RMSNorm; the attention pattern comes from `attend`.
+    """Grouped-query self-attention, with per-head q/k RMSNorm (Qwen3) or q/k/v biases (Qwen2) as the family
+    says; the attention pattern comes from `attend`.
 
     q, k and v come from one matmul (`qkv_proj`, as vLLM and gpt-fast fuse them): a decode step is a chain of
     small GEMMs whose fixed cost dominates on CPU, and the weights still load and save as q_proj/k_proj/v_proj."""
@@ -96,10 +104,12 @@ class Attention(nn.Module):
         d, D = config.hidden_size, config.head_dim
         self.head_dim = D
         self.split = [config.num_attention_heads, config.num_key_value_heads, config.num_key_value_heads]
-        self.qkv_proj = Linear(d, sum(self.split) * D, bias=False)
+        self.qkv_proj = Linear(d, sum(self.split) * D, bias=config.attention_bias)
         self.o_proj = Linear(config.num_attention_heads * D, d, bias=False)
-        self.q_norm = RMSNorm(D, config.rms_norm_eps)
-        self.k_norm = RMSNorm(D, config.rms_norm_eps)
+        self.qk_norm = config.qk_norm
+        if config.qk_norm:
+            self.q_norm = RMSNorm(D, config.rms_norm_eps)
+            self.k_norm = RMSNorm(D, config.rms_norm_eps)
         parts = {name: n * D for name, n in zip(("q_proj", "k_proj", "v_proj"), self.split)}  # checkpoint rows
         fuse_checkpoint_names(self, "qkv_proj", parts)
 
@@ -108,9 +118,11 @@ class Attention(nn.Module):
         H, Hkv, _ = self.split
         qkv = self.qkv_proj(x).view(B, S, -1, self.head_dim)  # [B, S, H + 2*Hkv, D]
         # q and k heads are normed and rotated as one tensor: the same math in half the ops.
-        qk_weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(Hkv, -1)])  # [H+Hkv, D]
-        qk = rms_norm(qkv[:, :, : H + Hkv], qk_weight, self.q_norm.eps).transpose(1, 2)  # [B, H+Hkv, S, D]
-        q, k = apply_rope(qk, cos, sin).split([H, Hkv], 1)  # [B, H, S, D], [B, Hkv, S, D]
+        qk = qkv[:, :, : H + Hkv]  # [B, S, H+Hkv, D]
+        if self.qk_norm:
+            qk_weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(Hkv, -1)])  # [H+Hkv, D]
+            qk = rms_norm(qk, qk_weight, self.q_norm.eps)
+        q, k = apply_rope(qk.transpose(1, 2), cos, sin).split([H, Hkv], 1)  # [B, H, S, D], [B, Hkv, S, D]
         out = attend(q, k, qkv[:, :, H + Hkv :].transpose(1, 2))  # [B, H, S, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
@@ -150,7 +162,7 @@ class DecoderLayer(nn.Module):
 
 
 class Qwen3Backbone(nn.Module):
-    """Holds the `model.*` parameters (embed_tokens, layers, norm) under Qwen3's names."""
+    """Holds the `model.*` parameters (embed_tokens, layers, norm) under the names all three families share."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -160,9 +172,11 @@ class Qwen3Backbone(nn.Module):
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
-    """Qwen3's initialisation: N(0, 0.02) for linear and embedding weights, ones for norms."""
+    """transformers' initialisation: N(0, 0.02) for linear and embedding weights, zero biases, ones for norms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
     elif isinstance(module, RMSNorm):
         nn.init.ones_(module.weight)
 
@@ -178,13 +192,23 @@ class Transformer(nn.Module):
         self.model = Qwen3Backbone(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.apply(init_weights)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.tie_weights()
         cos, sin = rope_tables(config)
         # Not persistent: derived from the config, and absent from HF checkpoints. They follow .to(dtype),
         # which rounds them exactly as HF rounds its fp32 cos/sin to the activation dtype.
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin_signed", sin, persistent=False)
+
+    def tie_weights(self) -> None:
+        """Make the LM head the embedding matrix, when the config ties them (also after assigning a new embedding)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def init_rope(self, dtype: torch.dtype, device: torch.device | str | None = None) -> None:
+        """(Re)compute the RoPE tables on `device` in `dtype`: for a model built on the meta device, whose weights
+        come from a checkpoint that does not hold these derived tables."""
+        cos, sin = rope_tables(self.config, device)
+        self.rope_cos, self.rope_sin_signed = cos.to(dtype), sin.to(dtype)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *, kv_len: int | None = None,
                 compute_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
