@@ -80,20 +80,12 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
           ) -> tuple[Transformer, Tokenizer, Path, MTPHead | None]:
     """(model, tokenizer, the directory its files and heads/ are in, its stored head or None)."""
     from bebop.data.tokenizer import load_tokenizer
-    from bebop.models.checkpoint import load_pretrained
+    from bebop.models.checkpoint import load_pretrained, resolve_checkpoint_dir
 
     where = check_policy(policy)
-    if isinstance(where, Path):
-        model, stored = load_pretrained(where, dtype=dtype)
-        return model, load_tokenizer(where), where, stored
-    try:
-        model, stored = load_pretrained(where, dtype=dtype)
-    except OSError as error:  # offline, unknown id, or no network: what the hub said, on one line
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise FileNotFoundError(f"--policy {where} is not a local directory, and as a hub id: {reason}") from None
-    from bebop.models.checkpoint import resolve_checkpoint_dir  # the snapshot load_pretrained has just read
-
-    root = resolve_checkpoint_dir(where)
+    # a hub id becomes its snapshot once (downloaded, or from the cache offline); model, tokenizer and heads/ read it
+    root = where if isinstance(where, Path) else resolve_checkpoint_dir(where)
+    model, stored = load_pretrained(root, dtype=dtype)
     return model, load_tokenizer(root), root, stored
 
 
