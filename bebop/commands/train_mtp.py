@@ -329,6 +329,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the policy answers for the head's training data (default: %(default)s)")
     add_prompt_args(parser)
     parser.add_argument("--num-sequences", type=int, default=d.num_sequences)
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per self-generated completion")
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -350,7 +351,7 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         return dataclasses.replace(TrainMTPConfig.tiny(args.objective), **prompt_fields(args))
     return dataclasses.replace(
         TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
-        tasks=tuple(args.tasks), num_sequences=args.num_sequences, steps=args.steps, batch_size=args.batch_size,
+        tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens, steps=args.steps, batch_size=args.batch_size,
         lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.autocast,
         eval_every=args.eval_every, seed=args.seed, threads=args.threads,
         init_head=None if args.init is None else str(args.init), **prompt_fields(args))
