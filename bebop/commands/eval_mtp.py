@@ -367,7 +367,15 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, _ = load_policy(root, dtype=dtype)
     heads = resolve_heads(config.heads, model, dtype=dtype)  # shipped names are the default's heads
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
-    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp") as writer:
+    def one_or_all(values):
+        values = list(dict.fromkeys(values))
+        return values[0] if len(values) == 1 else values
+
+    setup = {"task": one_or_all(config.tasks), "rollout": one_or_all(config.methods), "mtp_strategy": None,
+             "mtp_objective": one_or_all(h.objective or label for label, h in heads.items()),
+             "gamma": config.gamma, "mode": None}  # setup keys: docs/runs.md
+    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp",
+                   meta_extra=setup) as writer:
         rows = sweep(model, tokenizer, heads, config, writer)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)
