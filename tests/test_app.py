@@ -270,7 +270,9 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     assert not at.exception, at.exception
     charts = _charts(at)
     if page in ("live", "speed", "metrics"):
-        lines = [t for c in charts for t in c["data"] if t.get("mode", "").startswith("lines") and t.get("x")]
+        lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
+                 if t.get("mode", "").startswith("lines") and t.get("x") not in (None, [None])
+                 and t.get("hoverinfo") != "skip"]
         assert lines and all(t["mode"] == "lines+markers" for t in lines)  # a one-step series is a visible point
     if page == "live":
         headline = at.dataframe[0].value.set_index("run")
@@ -293,8 +295,8 @@ def test_speed_bound_comes_from_the_logged_step_costs(real_root, monkeypatch):
     assert not at.exception and at.selectbox(key="speed_baseline").value == "rl-plain"
     row = at.dataframe[0].value.set_index("run").loc["rl-rs"]
     assert row["costs"] == "measured"
-    plain = [json.loads(line) for line in (real_root / "rl-plain" / "train.jsonl").read_text().splitlines()][0]
-    spec = [json.loads(line) for line in (real_root / "rl-rs" / "train.jsonl").read_text().splitlines()][0]
+    plain = json.loads((real_root / "rl-plain" / "train.jsonl").read_text().splitlines()[0])  # its one step
+    spec = json.loads((real_root / "rl-rs" / "train.jsonl").read_text().splitlines()[0])
     plain_step = (plain["engine/verify_s"] + plain["engine/advance_s"]) / plain["engine/num_steps"]
     verify = (spec["engine/verify_s"] + spec["engine/advance_s"]) / spec["engine/num_steps"] / plain_step
     draft = spec["engine/draft_s"] / spec["engine/num_steps"] / spec["spec/gamma"] / plain_step
@@ -329,7 +331,7 @@ def test_changing_the_root_is_not_a_run_going_missing(root, real_root, monkeypat
 
 
 def test_default_selection_keeps_a_plain_baseline(tmp_path, monkeypatch):
-    small = dict(steps=2, drafts_per_step=8, samples_per_step=0)
+    small = {"steps": 2, "drafts_per_step": 8, "samples_per_step": 0}
     write_synthetic_run(tmp_path / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
                                                             mtp_strategy=None, **small))
     for i in range(6):  # newer than the plain run: a newest-first default would leave it out

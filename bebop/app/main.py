@@ -25,8 +25,9 @@ def _selection(root: Path, labels: dict) -> list[str]:
     """The selection to show under `root`: the user's, minus runs that left it (said once, in a warning), or
     the default one when the root is new to this session (a change of root is not a run going missing)."""
     chosen = st.session_state.get("runs_selected")
-    if chosen is None or st.session_state.get("runs_selected_root") != str(root):
-        st.session_state["runs_selected_root"] = str(root)
+    seen_root = st.session_state.get("runs_selected_root")
+    st.session_state["runs_selected_root"] = str(root)
+    if chosen is None or seen_root not in (None, str(root)):
         return state.default_selection(list(labels.values()), labels)
     gone = [name for name in chosen if name not in labels]
     if gone:

@@ -144,13 +144,17 @@ def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> tuple[pd.Dat
     if by == "step" and not parts[0].empty:
         return parts[0], "accept length (tokens / verify step)"
     covered = set(parts[0]["run"])
-    for name, run in runs.items():
-        tokens = run.streams.get("tokens")
-        if tokens is not None and name not in covered:
-            edges = run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES
-            parts.append(plots.token_points({name: tokens}, edges))
+    parts.append(eval_points({name: run for name, run in runs.items() if name not in covered}))
     parts = [p for p in parts if not p.empty] or parts[:1]
     return pd.concat(parts, ignore_index=True), "acceptance rate (accepted / reached drafts)"
+
+
+def eval_points(runs: Mapping[str, Run]) -> pd.DataFrame:
+    """The per-token entropy law of evaluation runs (their `tokens` streams), one series per (head, method)."""
+    parts = [plots.token_points({name: run.streams["tokens"]},
+                                run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES)
+             for name, run in runs.items() if "tokens" in run.streams]
+    return pd.concat(parts, ignore_index=True) if parts else plots.token_points({})
 
 
 def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:

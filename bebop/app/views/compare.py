@@ -34,8 +34,11 @@ for info in chosen:
                 row[short] = float(tail[column].mean())
     rows.append(row)
 points, y_title = state.entropy_points(runs)
-# An evaluation run's law comes per (head, method) series, labelled "run · head method": one row per series.
-fits = plots.entropy_fits(points)[["run", "slope", "r2"]].rename(columns={"run": "series"})
+# An evaluation run's law comes per (head, method) series, labelled "run · head method": one row per series,
+# whether or not its points share the chart (per step, the chart's y is the RL runs' accept length).
+evals = state.eval_points({name: run for name, run in runs.items() if name not in set(points["run"])})
+law = pd.concat([p for p in (points, evals) if not p.empty] or [points], ignore_index=True)
+fits = plots.entropy_fits(law)[["run", "slope", "r2"]].rename(columns={"run": "series"})
 fits["run"] = fits["series"].str.split(" · ").str[0]
 summary = pd.DataFrame(rows).merge(fits, on="run", how="left")
 summary["series"] = summary["series"].where(summary["series"] != summary["run"])

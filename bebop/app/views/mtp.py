@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from bebop import metrics, plots
+from bebop import plots
 from bebop.app import state
 
 root, infos, chosen, message = state.selected()
@@ -54,7 +54,7 @@ for name, run in evaluating.items():
     if tokens is None or tokens.empty:
         st.info("No per-token records yet.")
         continue
-    points = plots.token_points({name: tokens}, run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES)
+    points = state.eval_points({name: run})
     st.plotly_chart(plots.acceptance_vs_entropy(points, y_title="acceptance rate (accepted / reached drafts)"),
                     key=f"mtp_law_{name}")
     st.dataframe(plots.entropy_fits(points), hide_index=True, width="stretch",
