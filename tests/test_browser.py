@@ -162,9 +162,13 @@ DRAWN_JS = """() => {
   return {charts: charts.length, law: law ? law.querySelectorAll('.scatterlayer path.point').length : -1,
           exceptions: document.querySelectorAll('[data-testid="stException"]').length};
 }"""
-# Selected-run chips in the sidebar whose name is cut (text wider than its box).
-CUT_CHIPS_JS = """() => [...document.querySelectorAll('section[data-testid="stSidebar"] span[data-baseweb="tag"] span')]
-  .filter(s => s.textContent && s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)"""
+# Selected-run chips in the sidebar: their names, and those cut (text wider than its box).
+CHIPS_JS = """() => {
+  const spans = [...document.querySelectorAll('section[data-testid="stSidebar"] span[data-tag] > span[title]')];
+  return {names: spans.map(s => s.textContent),
+          cut: spans.filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)};
+}"""
+LONG_NAME = "demo-20261201-221530/mtp-rs-e2e_tv"
 
 
 @pytest.mark.timeout(420)
@@ -174,14 +178,19 @@ def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
     from real_runs import real_runs_root
 
     real = real_runs_root()
-    with _dashboard(real, tmp_path) as port, _browser(tmp_path, height=1400) as page:
+    every = tmp_path / "every"
+    shutil.copytree(real, every)
+    shutil.copytree(real / "rl-rs", every / LONG_NAME)  # a name as long as the demo's
+    with _dashboard(every, tmp_path) as port, _browser(tmp_path, height=1400) as page:
         for path in ("", "live", "speed", "compare", "samples", "mtp", "metrics"):
             page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
             page.wait_for_selector("h1", timeout=60_000)
             page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                    timeout=60_000)  # the script run ended
             assert page.evaluate(DRAWN_JS)["exceptions"] == 0, f"an exception on page /{path}"
-            assert page.evaluate(CUT_CHIPS_JS) == [], f"run names cut in the sidebar on /{path}"
+            chips = page.evaluate(CHIPS_JS)
+            assert LONG_NAME in chips["names"], chips  # the default selection shows it...
+            assert chips["cut"] == [], f"run names cut in the sidebar on /{path}"  # ...whole
     readme = tmp_path / "readme-runs"  # the picture shows the two RL runs: MTP + RS and its no-MTP baseline
     for name in ("rl-rs", "rl-plain"):
         shutil.copytree(real / name, readme / name)

@@ -15,9 +15,9 @@ from bebop.app import state
 VIEWS = Path(__file__).resolve().parent / "views"  # not "pages/": Streamlit would auto-register that folder
 # Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default.
 CHIPS_CSS = """<style>
-section[data-testid="stSidebar"] span[data-baseweb="tag"] { max-width: 100%; height: auto; }
-section[data-testid="stSidebar"] span[data-baseweb="tag"] span[title] { max-width: none; white-space: normal;
-  overflow: visible; overflow-wrap: anywhere; }
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] { max-width: 100%; height: auto; }
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] > span[title] { max-width: none;
+  white-space: normal; overflow: visible; text-overflow: clip; overflow-wrap: anywhere; }
 </style>"""
 
 

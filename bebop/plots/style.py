@@ -50,6 +50,7 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     fig.update_layout(
         template=TEMPLATE, title=dict(text=title, x=0.01, xanchor="left"), height=height,
         margin=dict(l=60, r=20, t=50, b=40), hovermode="closest", uirevision="keep",
+        showlegend=True,  # Plotly hides a one-trace legend, and then nobody knows whose point that is
         # Below the axes, anchored to the figure's bottom edge rather than the plot's, so it never covers the
         # x-axis title (run names are long, and a legend on top fights the title for room).
         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0, xanchor="left", x=0.0),

@@ -12,8 +12,7 @@ if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
 # The baseline must decode without MTP whenever the root has such a run, selected or not.
-plain_infos = [info for info in infos if state.is_plain(info)]
-extra = [info for info in plain_infos if info not in chosen][: 0 if any(state.is_plain(i) for i in chosen) else 1]
+extra = [] if any(state.is_plain(info) for info in chosen) else [info for info in infos if state.is_plain(info)][:1]
 names = [state.label(info, root) for info in chosen + extra]
 colors = plots.run_colors(names)
 trains = state.trains(state.load_runs(chosen + extra, root))
