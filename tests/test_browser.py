@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -185,6 +186,7 @@ def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
         for path in ("", "live", "speed", "compare", "samples", "mtp", "metrics"):
             page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
             page.wait_for_selector("h1", timeout=60_000)
+            page.wait_for_function(f"({CHIPS_JS})().names.includes({json.dumps(LONG_NAME)})", timeout=60_000)
             page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                    timeout=60_000)  # the script run ended
             assert page.evaluate(DRAWN_JS)["exceptions"] == 0, f"an exception on page /{path}"
@@ -194,7 +196,7 @@ def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
     readme = tmp_path / "readme-runs"  # the picture shows the two RL runs: MTP + RS and its no-MTP baseline
     for name in ("rl-rs", "rl-plain"):
         shutil.copytree(real / name, readme / name)
-    with _dashboard(readme, tmp_path) as port, _browser(tmp_path, height=1500) as page:
+    with _dashboard(readme, tmp_path) as port, _browser(tmp_path, height=1750) as page:
         page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
         page.wait_for_function(f"({DRAWN_JS})().law > 0", timeout=90_000)  # the one-step run's point is drawn
         page.wait_for_function(f"({DRAWN_JS})().charts >= 5", timeout=60_000)

@@ -53,7 +53,7 @@ RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step",
 _COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "engine/")
 
 
-def run_setup(config: RLConfig, head, task: str) -> dict:
+def rl_setup(config: RLConfig, head, task: str) -> dict:
     """meta.json's setup keys (docs/runs.md): what the dashboard shows; no head means no MTP fields."""
     speculative = head is not None
     return {"task": task, "rollout": config.rollout, "mode": config.mode,
@@ -127,7 +127,7 @@ class Trainer:
         self.engine = Engine(self.gen_policy, self.gen_head)
         self.writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=resume, name=name,
                                 meta_extra={"policy_parameters": self.policy.num_parameters(), **(meta_extra or {}),
-                                            **run_setup(config, self.head, getattr(task, "name", config.task))})
+                                            **rl_setup(config, self.head, getattr(task, "name", config.task))})
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed

@@ -115,7 +115,7 @@ class SyntheticRun:
 
     @property
     def setup(self) -> dict:
-        """meta.json's setup keys, as a real RL run writes them (bebop.rl.trainer.run_setup)."""
+        """meta.json's setup keys, as a real RL run writes them (bebop.rl.trainer.rl_setup)."""
         cfg, speculative = self.config, self.config.rollout != "none"
         return {"task": cfg.task, "rollout": cfg.rollout, "mode": cfg.mode,
                 "mtp_objective": cfg.mtp_objective if speculative else None,
