@@ -30,7 +30,9 @@ TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "
           "mtp_objective": "MTP loss", "mtp_strategy": "MTP strategy", "gamma": "γ", "mode": "mode",
           "steps": "steps", "accept_length": "accept length", "final_reward": "reward (last tenth)",
           "final_entropy": "entropy (last tenth)", "final_step_s": "s / step (last tenth)",
-          "slope": "slope (per nat)", "r2": "R²", "series": "series"}
+          "slope": "slope (per nat)", "r2": "R²", "series": "series", "measured_end_to_end": "measured, whole step",
+          "measured_rollout": "measured, generation", "theoretical": "bound (theory)",
+          "draft_cost": "draft cost (plain steps)", "verify_cost": "verify cost (plain steps)", "costs": "costs"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 

@@ -63,7 +63,7 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
                              hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}} s<extra></extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Step time: generation, update, whole step (async overlaps the first two)",
+    return _layout(fig, "Step time (async overlaps generation and update)",
                    "mean seconds per RL step", "", height=max(260, 70 + 70 * len(table)))
 
 
@@ -146,7 +146,7 @@ def speedup_figure(table: pd.DataFrame, baseline: str) -> go.Figure:
     fig = go.Figure()
     _bars(fig, table, "measured_end_to_end", "whole step", "#4C78A8")
     _bars(fig, table, "measured_rollout", "generation", "#72B7B2")
-    fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1))
+    fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1})
     fig.update_layout(barmode="group")
     return _layout(fig, f"Measured speedup over {baseline}", "", "speedup (×)")
 
@@ -160,5 +160,5 @@ def bound_figure(table: pd.DataFrame) -> go.Figure:
         part = spec[spec["costs"] == costs]
         if len(part):
             _bars(fig, part, "theoretical", f"from {costs} step costs", color)
-    fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1))
+    fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1})
     return _layout(fig, "Theoretical speedup of the decode loop (bound)", "", "speedup (×)")

@@ -43,6 +43,9 @@ fits["run"] = fits["series"].str.split(" · ").str[0]
 summary = pd.DataFrame(rows).merge(fits, on="run", how="left")
 summary["series"] = summary["series"].where(summary["series"] != summary["run"])
 summary = summary.dropna(axis="columns", how="all")
+# What the page compares first (the law and the acceptance), then what the runs are: the table scrolls, the left stays.
+first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in summary.columns]
+summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
            "final_step_s": "%.2f"}
