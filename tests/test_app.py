@@ -1,4 +1,5 @@
-"""Every dashboard page under streamlit's AppTest, against synthetic runs (torn, corrupt, empty included)."""
+"""Every dashboard page under streamlit's AppTest, against synthetic runs (torn, corrupt, empty included) and one-step
+runs made by the real `bebop rl`, `train-mtp` and `eval-mtp` commands (tests/real_runs.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from bebop import metrics  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
 from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
@@ -144,11 +147,23 @@ def test_speed_page(root, monkeypatch):
     assert not at.exception and at.title[0].value == "Speed"
     assert at.selectbox(key="speed_baseline").value == "plain"  # the run without MTP is the natural baseline
     titles = [c["layout"]["title"]["text"] for c in _charts(at)]
-    assert titles == ["Throughput", "Step time: generation vs update", "Speedup over plain"]
+    assert titles[0] == "Throughput" and titles[1].startswith("Step time")
+    assert titles[2:] == ["Measured speedup over plain", "Theoretical speedup of the decode loop (bound)"]
     speedup = at.dataframe[0].value.set_index("run")
     assert speedup.loc["plain", "measured_end_to_end"] == pytest.approx(1.0)
     assert speedup.loc["rs-tv", "measured_rollout"] > 1.0
+    assert speedup.loc["rs-tv", "costs"] == "measured" and speedup.loc["rs-tv", "theoretical"] > 1.0
     assert len(at.get("download_button")) == 3
+    at.toggle(key="speed_assume").set_value(True).run()  # the manual override: labelled as an assumption
+    speedup = at.dataframe[0].value.set_index("run")
+    assert speedup.loc["rs-tv", "costs"] == "assumed" and speedup.loc["rs-tv", "draft_cost"] == pytest.approx(0.05)
+
+
+def test_speed_baseline_is_a_plain_run_even_when_not_selected(root, monkeypatch):
+    at = _page(_app(root, monkeypatch, ["rs-tv", "rs-ce"]), "speed")
+    assert not at.exception
+    assert at.selectbox(key="speed_baseline").value == "plain"
+    assert "Baseline `plain` (no MTP) added" in _texts(at.caption)
 
 
 def test_compare_page(root, monkeypatch):
@@ -224,3 +239,103 @@ def test_a_run_deleted_between_refreshes_is_a_warning(root, tmp_path):
     at.run()
     assert not at.exception
     assert "`a` was deleted or moved" in _texts(at.warning)
+
+
+# ------------------------------------------------------------------------------ runs made by the real CLI
+@pytest.fixture(scope="session")
+def real_root() -> Path:
+    from real_runs import real_runs_root
+
+    return real_runs_root()
+
+
+def test_real_runs_show_their_setup(real_root, monkeypatch):
+    at = _app(real_root, monkeypatch, None)
+    assert not at.exception
+    table = at.dataframe[0].value.set_index("run")
+    rs, plain = table.loc["rl-rs"], table.loc["rl-plain"]
+    assert (rs["task"], rs["rollout"], rs["mtp_objective"], rs["mtp_strategy"], rs["gamma"], rs["mode"]) == \
+        ("math", "rs", "e2e_tv", "frozen", 3, "async")
+    assert (plain["rollout"], plain["mode"]) == ("none", "async")
+    assert pd.isna(plain["gamma"]) and pd.isna(plain["mtp_objective"])  # no MTP: no γ, no loss
+    assert (table.loc["train-mtp", "task"], table.loc["train-mtp", "mtp_objective"]) == ("math", "e2e_tv")
+    assert table.loc["eval-mtp", "task"] == "math" and table.loc["eval-mtp", "mtp_objective"] == "ce, e2e_tv"
+    assert table.loc["eval-mtp", "rollout"] == "to, rs" and table.loc["eval-mtp", "gamma"] == 2
+    assert "rl-plain" in at.sidebar.multiselect(key="runs_selected").value
+
+
+@pytest.mark.parametrize("page", (*PAGES, "mtp", "metrics"))
+def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
+    at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain", "train-mtp", "eval-mtp"]), page)
+    assert not at.exception, at.exception
+    charts = _charts(at)
+    if page in ("live", "speed", "metrics"):
+        lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
+                 if t.get("mode", "").startswith("lines") and t.get("x") not in (None, [None])
+                 and t.get("hoverinfo") != "skip"]
+        assert lines and all(t["mode"] == "lines+markers" for t in lines)  # a one-step series is a visible point
+    if page == "live":
+        headline = at.dataframe[0].value.set_index("run")
+        assert headline.loc["rl-rs", "accept length (last 10)"] > 1.0 and headline.loc["rl-rs", "step"] == 0
+    if page == "compare":
+        summary = at.dataframe[0].value
+        assert summary.loc[summary["run"] == "rl-rs", "mtp_objective"].item() == "e2e_tv"
+        assert {"eval-mtp · ce rs", "eval-mtp · e2e_tv to"} <= set(summary["series"].dropna())
+    if page == "mtp":
+        titles = {c["layout"]["title"]["text"] for c in charts}
+        assert {"mtp/loss/e2e_tv", "mtp/eval/d_tv_mean", "Acceptance vs entropy"} <= titles
+        assert list(at.dataframe[0].value.columns[:1]) == ["head"]  # Table 2 from table2.csv
+    if page == "metrics":
+        titles = {c["layout"]["title"]["text"] for c in charts}
+        assert {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean"} <= titles
+
+
+def test_speed_bound_comes_from_the_logged_step_costs(real_root, monkeypatch):
+    at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain"]), "speed")
+    assert not at.exception and at.selectbox(key="speed_baseline").value == "rl-plain"
+    row = at.dataframe[0].value.set_index("run").loc["rl-rs"]
+    assert row["costs"] == "measured"
+    plain = json.loads((real_root / "rl-plain" / "train.jsonl").read_text().splitlines()[0])  # its one step
+    spec = json.loads((real_root / "rl-rs" / "train.jsonl").read_text().splitlines()[0])
+    plain_step = (plain["engine/verify_s"] + plain["engine/advance_s"]) / plain["engine/num_steps"]
+    verify = (spec["engine/verify_s"] + spec["engine/advance_s"]) / spec["engine/num_steps"] / plain_step
+    draft = spec["engine/draft_s"] / spec["engine/num_steps"] / spec["spec/gamma"] / plain_step
+    assert row["verify_cost"] == pytest.approx(verify) and row["draft_cost"] == pytest.approx(draft)
+    alphas = [metrics.derive(spec)[f"spec/alpha_pos/{i}"] for i in range(spec["spec/gamma"])]
+    assert row["theoretical"] == pytest.approx(metrics.theoretical_speedup(alphas, spec["spec/gamma"],
+                                                                           draft_cost=draft, verify_cost=verify))
+
+
+# ------------------------------------------------------------------------------ partial runs, roots, selection
+def test_a_partial_run_from_another_loop_renders_and_names_the_missing_field(tmp_path, monkeypatch):
+    with RunWriter(tmp_path / "theirs", {"task": "math"}, kind="rl") as w:
+        for step in range(3):
+            w.log("train", {"step": step, "actor/entropy": 0.3 + 0.1 * step, "critic/score/mean": 0.5,
+                            "spec/num_drafts": 10, "spec/num_draft_tokens": 30, "spec/num_accepted_tokens": 20})
+    at = _app(tmp_path, monkeypatch, ["theirs"])
+    for page in (*PAGES, "metrics"):
+        at = _page(at, page)
+        assert not at.exception, (page, at.exception)
+    at = _page(at, "live")
+    assert "lack `spec/gamma`" in _texts(at.caption)
+    assert {"Policy entropy", "Reward"} <= {c["layout"]["title"]["text"] for c in _charts(at)}
+
+
+def test_changing_the_root_is_not_a_run_going_missing(root, real_root, monkeypatch):
+    at = _app(root, monkeypatch, ["rs-tv", "plain"])
+    at.sidebar.text_input(key="runs_root").set_value(str(real_root)).run()
+    assert not at.exception and not at.sidebar.warning
+    assert "rl-plain" in at.sidebar.multiselect(key="runs_selected").value  # the new root's default selection
+    at.sidebar.text_input(key="runs_root").set_value(str(root)).run()
+    assert not at.sidebar.warning and at.sidebar.multiselect(key="runs_selected").value
+
+
+def test_default_selection_keeps_a_plain_baseline(tmp_path, monkeypatch):
+    small = {"steps": 2, "drafts_per_step": 8, "samples_per_step": 0}
+    write_synthetic_run(tmp_path / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
+                                                            mtp_strategy=None, **small))
+    for i in range(6):  # newer than the plain run: a newest-first default would leave it out
+        write_synthetic_run(tmp_path / f"rs-{i}", SyntheticConfig(name=f"rs-{i}", seed=i, **small))
+    at = _app(tmp_path, monkeypatch, None)
+    chosen = at.sidebar.multiselect(key="runs_selected").value
+    assert len(chosen) == 5 and "plain" in chosen

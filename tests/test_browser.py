@@ -2,14 +2,18 @@
 
 Needs Debian's chromium (`.ci/install-browser`) and the `playwright` package (never `playwright install`:
 the system browser is driven directly). Skipped with a reason when they are missing on a laptop; in CI
-(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png.
+(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png, and the README's picture of
+the Live page over a real one-step `bebop rl` run in docs/images/live.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +33,7 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = REPO / "artifacts" / "dashboard.png"
+PICTURE = REPO / "docs" / "images" / "live.png"  # the README's picture of the Live page over a real run
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 # Markers of the growing run drawn in the acceptance-vs-entropy chart, counted in the chart's SVG: what the
@@ -83,20 +88,10 @@ def _grow(run: SyntheticRun, stop: threading.Event, every: float) -> None:
         run.advance()
 
 
-@pytest.mark.timeout(300)
-def test_dashboard_follows_a_growing_run(tmp_path):
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    root = tmp_path / "runs"
-    for config in preview_configs(steps=40)[1:4]:
-        write_synthetic_run(root / config.name, config)
-    live = SyntheticRun(root / "live", replace(preview_configs(steps=200)[3], name="live", seed=11))
-    live.advance(12)
-    stop = threading.Event()
-    writer = threading.Thread(target=_grow, args=(live, stop, 0.5), daemon=True)
-
-    port, log = _free_port(), tmp_path / "server.log"
+@contextlib.contextmanager
+def _dashboard(root: Path, tmp_path: Path):
+    """The README's dashboard command over `root`, serving on a free port until the block ends."""
+    port, log = _free_port(), tmp_path / f"server-{root.name}.log"
     parser = argparse.ArgumentParser()
     dashboard.add_arguments(parser)
     args = parser.parse_args(["--runs", str(root), "--port", str(port)])
@@ -106,34 +101,106 @@ def test_dashboard_follows_a_growing_run(tmp_path):
                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_healthy(port, server, log)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
-                args=CHROMIUM_ARGS, viewport={"width": 1440, "height": 2300})
-            try:
-                page = browser.new_page()
-                page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
-                page.wait_for_function(f"({LIVE_POINTS_JS})() > 0", timeout=90_000)
-                first = page.evaluate(LIVE_POINTS_JS)
-                page.evaluate("window.__bebop_same_page = true")  # gone if the page reloads
-                writer.start()
-                page.wait_for_function(f"({LIVE_POINTS_JS})() >= {first + 3}", timeout=60_000)
-                assert page.evaluate("window.__bebop_same_page === true"), "the page reloaded"
-                page.wait_for_timeout(1500)  # let the other panels finish their redraw for the picture
-                SCREENSHOT.parent.mkdir(exist_ok=True)
-                page.screenshot(path=str(SCREENSHOT), full_page=True)
-                assert page.evaluate(LIVE_POINTS_JS) > first
-            finally:
-                browser.close()
+        yield port
     finally:
-        stop.set()
-        if writer.is_alive():
-            writer.join(timeout=10)
-        live.close()
         os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+@contextlib.contextmanager
+def _browser(tmp_path: Path, height: int = 2300):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1440, "height": height})
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+@pytest.mark.timeout(300)
+def test_dashboard_follows_a_growing_run(tmp_path):
+    _require_browser()
+    root = tmp_path / "runs"
+    for config in preview_configs(steps=40)[1:4]:
+        write_synthetic_run(root / config.name, config)
+    live = SyntheticRun(root / "live", replace(preview_configs(steps=200)[3], name="live", seed=11))
+    live.advance(12)
+    stop = threading.Event()
+    writer = threading.Thread(target=_grow, args=(live, stop, 0.5), daemon=True)
+    try:
+        with _dashboard(root, tmp_path) as port, _browser(tmp_path) as page:
+            page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
+            page.wait_for_function(f"({LIVE_POINTS_JS})() > 0", timeout=90_000)
+            first = page.evaluate(LIVE_POINTS_JS)
+            page.evaluate("window.__bebop_same_page = true")  # gone if the page reloads
+            writer.start()
+            page.wait_for_function(f"({LIVE_POINTS_JS})() >= {first + 3}", timeout=60_000)
+            assert page.evaluate("window.__bebop_same_page === true"), "the page reloaded"
+            page.wait_for_timeout(1500)  # let the other panels finish their redraw for the picture
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+            assert page.evaluate(LIVE_POINTS_JS) > first
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join(timeout=10)
+        live.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+# Points of the acceptance-vs-entropy chart and of every line chart, as drawn (SVG), and any exception box.
+DRAWN_JS = """() => {
+  const charts = [...document.querySelectorAll('.js-plotly-plot')];
+  const law = charts.find(gd => ((gd.layout.title || {}).text || '').includes('Acceptance vs entropy'));
+  return {charts: charts.length, law: law ? law.querySelectorAll('.scatterlayer path.point').length : -1,
+          exceptions: document.querySelectorAll('[data-testid="stException"]').length};
+}"""
+# Selected-run chips in the sidebar: their names, and those cut (text wider than its box).
+CHIPS_JS = """() => {
+  const spans = [...document.querySelectorAll('section[data-testid="stSidebar"] span[data-tag] > span[title]')];
+  return {names: spans.map(s => s.textContent),
+          cut: spans.filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)};
+}"""
+LONG_NAME = "demo-20261201-221530/mtp-rs-e2e_tv"
+
+
+@pytest.mark.timeout(420)
+def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
+    """Runs made by the real CLI: every page draws without an exception, the Live page's picture goes in docs/."""
+    _require_browser()
+    from real_runs import real_runs_root
+
+    real = real_runs_root()
+    every = tmp_path / "every"
+    shutil.copytree(real, every)
+    shutil.copytree(real / "rl-rs", every / LONG_NAME)  # a name as long as the demo's
+    with _dashboard(every, tmp_path) as port, _browser(tmp_path, height=1400) as page:
+        for path in ("", "live", "speed", "compare", "samples", "mtp", "metrics"):
+            page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
+            page.wait_for_selector("h1", timeout=60_000)
+            page.wait_for_function(f"({CHIPS_JS})().names.includes({json.dumps(LONG_NAME)})", timeout=60_000)
+            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                   timeout=60_000)  # the script run ended
+            assert page.evaluate(DRAWN_JS)["exceptions"] == 0, f"an exception on page /{path}"
+            chips = page.evaluate(CHIPS_JS)
+            assert LONG_NAME in chips["names"], chips  # the default selection shows it...
+            assert chips["cut"] == [], f"run names cut in the sidebar on /{path}"  # ...whole
+    readme = tmp_path / "readme-runs"  # the picture shows the two RL runs: MTP + RS and its no-MTP baseline
+    for name in ("rl-rs", "rl-plain"):
+        shutil.copytree(real / name, readme / name)
+    with _dashboard(readme, tmp_path) as port, _browser(tmp_path, height=1750) as page:
+        page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
+        page.wait_for_function(f"({DRAWN_JS})().law > 0", timeout=90_000)  # the one-step run's point is drawn
+        page.wait_for_function(f"({DRAWN_JS})().charts >= 5", timeout=60_000)
+        page.wait_for_timeout(500)  # Plotly's last layout pass after the final chart mounts
+        PICTURE.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(PICTURE), full_page=True, type="png", scale="css")
+    assert 10_000 < PICTURE.stat().st_size < 600_000

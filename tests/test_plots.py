@@ -118,24 +118,84 @@ def test_per_position_lines_and_pooled_bars():
     assert len(bars) == 1 and list(bars[0].y) == pytest.approx(list(table["acceptance_rate"]))
 
 
+def _with_engine(train: pd.DataFrame, *, steps: int, draft_s: float, verify_s: float) -> pd.DataFrame:
+    """The engine's decode-loop counters on every row: `steps` verify steps costing these seconds each."""
+    return train.assign(**{"engine/num_steps": steps, "engine/draft_s": steps * draft_s,
+                           "engine/verify_s": steps * verify_s * 0.9, "engine/advance_s": steps * verify_s * 0.1})
+
+
 def test_step_time_breakdown_and_speedup():
-    trains = {"plain": _train(10, spec=False, gen_s=6.0), "rs": _train(10, gen_s=2.0)}
+    trains = {"plain": _with_engine(_train(10, spec=False, gen_s=6.0), steps=90, draft_s=0.0, verify_s=0.02),
+              "rs": _with_engine(_train(10, gen_s=2.0), steps=30, draft_s=0.012, verify_s=0.03)}
     times = plots.step_times(trains).set_index("run")
     assert times.loc["plain", "gen"] == 6.0 and times.loc["rs", "step"] == 3.0
     fig = plots.step_time_figure(times.reset_index())
-    assert [t.name for t in fig.data] == ["generation", "update", "whole step"] and fig.layout.barmode == "stack"
-    table = plots.speedup_table(trains, "plain", draft_cost=0.1, verify_cost=1.2).set_index("run")
-    assert table.loc["rs", "measured_end_to_end"] == pytest.approx(7.0 / 3.0)
-    assert table.loc["rs", "measured_rollout"] == pytest.approx(3.0)
+    # Side by side, not stacked: async generation and update overlap, their sum is not the step.
+    assert [t.name for t in fig.data] == ["generation", "update", "whole step"] and fig.layout.barmode == "group"
     pooled = metrics.derive(metrics.pool(trains["rs"].to_dict("records")))
     alphas = [pooled[f"spec/alpha_pos/{i}"] for i in range(3)]
+    measured = plots.speedup_table(trains, "plain").set_index("run")
+    assert measured.loc["rs", "costs"] == "measured"
+    assert measured.loc["rs", "draft_cost"] == pytest.approx(0.012 / 3 / 0.02)  # per draft step, in plain steps
+    assert measured.loc["rs", "verify_cost"] == pytest.approx(0.03 / 0.02)
+    assert measured.loc["rs", "theoretical"] == pytest.approx(
+        metrics.theoretical_speedup(alphas, 3, draft_cost=0.2, verify_cost=1.5))
+    table = plots.speedup_table(trains, "plain", draft_cost=0.1, verify_cost=1.2).set_index("run")
+    assert table.loc["rs", "costs"] == "assumed"
+    assert table.loc["rs", "measured_end_to_end"] == pytest.approx(7.0 / 3.0)
+    assert table.loc["rs", "measured_rollout"] == pytest.approx(3.0)
     assert table.loc["rs", "theoretical"] == pytest.approx(
         metrics.theoretical_speedup(alphas, 3, draft_cost=0.1, verify_cost=1.2))
     assert table.loc["plain", "measured_end_to_end"] == 1.0
     bars = plots.speedup_figure(table.reset_index(), "plain").data
-    assert len(bars) == 3 and list(bars[0].y) == pytest.approx(list(table["measured_end_to_end"]))
+    assert len(bars) == 2 and list(bars[0].y) == pytest.approx(list(table["measured_end_to_end"]))
+    bound = plots.bound_figure(table.reset_index()).data
+    assert [b.name for b in bound] == ["from assumed step costs"] and list(bound[0].x) == ["rs"]
     with pytest.raises(ValueError, match="baseline"):
         plots.speedup_table(trains, "missing")
+
+
+def test_speedup_bound_needs_logged_costs_or_an_assumption():
+    trains = {"plain": _train(4, spec=False), "rs": _train(4)}
+    row = plots.speedup_table(trains, "plain").set_index("run").loc["rs"]
+    assert row["costs"] == "not logged" and np.isnan(row["theoretical"])  # never a made-up bound
+
+
+def test_fitted_line_stays_above_zero():
+    points = pd.DataFrame({"run": "r", "entropy": [0.1, 1.0, 2.0, 3.0], "acceptance": [0.9, 0.5, 0.1, 0.05],
+                           "weight": [100.0, 50.0, 20.0, 5.0]})
+    fit = plots.entropy_fits(points).iloc[0]
+    assert fit["intercept"] + fit["slope"] * 3.0 < 0  # the raw line would cross zero inside the points' range
+    line = _traces(plots.acceptance_vs_entropy(points), name="r fit")[0]
+    assert min(line.y) == pytest.approx(0.0, abs=1e-12) and min(line.y) >= -1e-12
+    assert line.x[0] == pytest.approx(0.1)
+
+
+def test_partial_counters_name_the_missing_field():
+    train = _train(3).drop(columns=["spec/gamma"])
+    assert plots.missing_spec(train) == ["spec/gamma"] and not plots.has_spec(train)
+    with pytest.raises(ValueError, match="lack spec/gamma"):
+        plots.pooled(train)
+    assert plots.positions({"r": train}).empty and plots.entropy_points({"r": train}, by="bin").empty
+
+
+def test_short_series_draw_their_points():
+    one = plots.lines(plots.over_time({"r": _train(1)}, ["actor/entropy"]), ["actor/entropy"], title="t", y_title="H")
+    assert [t.mode for t in one.data] == ["lines+markers"]
+    long = plots.lines(plots.over_time({"r": _train(200, spec=False)}, ["actor/entropy"]), ["actor/entropy"],
+                       title="t", y_title="H")
+    assert [t.mode for t in long.data] == ["lines"]
+
+
+def test_legend_sits_below_the_axis_title():
+    fig = plots.lines(plots.over_time({"r": _train(3)}, ["actor/entropy"]), ["actor/entropy"], title="t", y_title="H")
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0 and fig.layout.legend.yanchor == "bottom"
+    assert fig.layout.margin.b >= 80  # room for the axis title above the legend
+
+
+def test_numeric_series_lists_every_logged_number():
+    series = plots.numeric_series({"a": _train(2), "b": pd.DataFrame({"step": [0], "mtp/loss/ce": [1.0]})})
+    assert "mtp/loss/ce" in series and "actor/entropy" in series and "step" not in series
 
 
 def test_decomposition_parts_sum_to_total():

@@ -14,6 +14,7 @@ import pytest
 from bebop import metrics
 from bebop.runlog import RunWriter, StreamTail, list_runs, load_run, run_state
 from bebop.runlog import write as runwriter
+from bebop.runlog.read import SETUP_KEYS, run_setup
 from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -235,6 +236,35 @@ def test_rates_are_derived_on_read(tmp_path):
     assert row["spec/accept_length"] == pytest.approx(1 + row["spec/num_accepted_tokens"] / row["spec/num_drafts"])
     assert row["spec/acceptance_rate_pos/0"] == pytest.approx(
         row["spec/num_accepted_tokens_per_pos/0"] / row["spec/num_drafts"])
+
+
+def test_setup_keys_one_schema_for_every_run(tmp_path):
+    path = write_synthetic_run(tmp_path / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
+                                                                   mtp_strategy=None, steps=1))
+    info = list_runs(tmp_path)[0]
+    assert info.setup == {"task": "math", "rollout": "none", "mtp_objective": None, "mtp_strategy": None,
+                          "gamma": None, "mode": "async"}  # no MTP: no γ either
+    assert {k: json.loads((path / "meta.json").read_text())[k] for k in SETUP_KEYS} == info.setup
+    # Runs written before jobs wrote the keys: RL's config.mtp and meta.head, a config's `tasks`.
+    legacy_rl = {"kind": "rl", "head": "ce", "config": {"task": "code", "rollout": "rs", "mtp": "online-tv",
+                                                        "gamma": 3, "mode": "sync"}}
+    assert run_setup(legacy_rl) == {"task": "code", "rollout": "rs", "mtp_objective": "ce",
+                                    "mtp_strategy": "online-tv", "gamma": 3, "mode": "sync"}
+    legacy_plain = {"kind": "rl", "config": {"task": "math", "rollout": "none", "mtp": "frozen", "gamma": 3}}
+    assert run_setup(legacy_plain)["gamma"] is None and run_setup(legacy_plain)["mtp_strategy"] is None
+    assert run_setup({"kind": "train-mtp", "config": {"tasks": ["math"], "objective": "tv"}})["task"] == ["math"]
+
+
+def test_synthetic_laws_follow_the_measured_relations():
+    """RS accepts at least what TO does at every entropy (finding 2) and TO falls faster; TV heads are flat."""
+    def law(**kw):
+        a, b = SyntheticConfig(**kw).accept_law
+        return lambda h: a - b * h
+
+    to, rs_ce, rs_tv = law(rollout="to", mtp_objective="ce"), law(mtp_objective="ce"), law(mtp_objective="e2e_tv")
+    for h in [i / 20 for i in range(61)]:  # 0-3 nats
+        assert rs_ce(h) >= to(h)
+    assert to(0.0) - to(1.0) > rs_ce(0.0) - rs_ce(1.0) > 5 * (rs_tv(0.0) - rs_tv(1.0))
 
 
 def test_list_runs_states_and_junk(tmp_path):

@@ -13,28 +13,40 @@ import streamlit as st
 from bebop.app import state
 
 VIEWS = Path(__file__).resolve().parent / "views"  # not "pages/": Streamlit would auto-register that folder
-DEFAULT_SELECTION = 5
+# Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default.
+CHIPS_CSS = """<style>
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] { max-width: 100%; height: auto; }
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] > span[title] { max-width: none;
+  white-space: normal; overflow: visible; text-overflow: clip; overflow-wrap: anywhere; }
+</style>"""
+
+
+def _selection(root: Path, labels: dict) -> list[str]:
+    """The selection to show under `root`: the user's, minus runs that left it (said once, in a warning), or
+    the default one when the root is new to this session (a change of root is not a run going missing)."""
+    chosen = st.session_state.get("runs_selected")
+    seen_root = st.session_state.get("runs_selected_root")
+    st.session_state["runs_selected_root"] = str(root)
+    if chosen is None or seen_root not in (None, str(root)):
+        return state.default_selection(list(labels.values()), labels)
+    gone = [name for name in chosen if name not in labels]
+    if gone:
+        st.warning(f"No longer under the root (deleted or moved): {', '.join(gone)}", icon=":material/folder_off:")
+    return [name for name in chosen if name in labels]
 
 
 def sidebar() -> None:
     """Runs root and run selection, shared by every page (stored for `state.selected()`)."""
     with st.sidebar:
+        st.html(CHIPS_CSS)
         root_text = st.text_input("Runs root", value=state.default_root(), key="runs_root",
                                   help="Folder holding run directories (default ./runs or $BEBOP_RUNS)")
         root, infos, message = state.discover(root_text)
         labels = {state.label(info, root): info for info in infos}
-        chosen = st.session_state.get("runs_selected")
-        if chosen is None:  # first visit: running runs first, then the newest, a handful in all
-            running = [name for name, info in labels.items() if info.state == "running"]
-            chosen = (running + [name for name in labels if name not in running])[:DEFAULT_SELECTION]
-        gone = [name for name in chosen if name not in labels]
-        if gone:
-            st.warning(f"No longer under the root (deleted or moved): {', '.join(gone)}", icon=":material/folder_off:")
-        st.session_state["runs_selected"] = [name for name in chosen if name in labels]
-        picked = st.multiselect(
-            "Runs", options=list(labels), key="runs_selected", placeholder="Pick runs to show",
-            format_func=lambda name: f"{name} · {labels[name].state}",
-        )
+        st.session_state["runs_selected"] = _selection(root, labels)
+        picked = st.multiselect("Runs", options=list(labels), key="runs_selected", placeholder="Pick runs to show")
+        if picked:
+            st.caption(" · ".join(f"{name} {state.badge(labels[name].state)}" for name in picked))
         if message:
             st.caption(message)
         else:
@@ -50,6 +62,8 @@ def main() -> None:
         st.Page(VIEWS / "speed.py", title="Speed", icon=":material/speed:", url_path="speed"),
         st.Page(VIEWS / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
         st.Page(VIEWS / "samples.py", title="Samples", icon=":material/text_fields:", url_path="samples"),
+        st.Page(VIEWS / "mtp.py", title="MTP heads", icon=":material/model_training:", url_path="mtp"),
+        st.Page(VIEWS / "metrics.py", title="All metrics", icon=":material/query_stats:", url_path="metrics"),
     ]
     page = st.navigation(pages)
     sidebar()

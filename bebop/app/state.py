@@ -20,9 +20,19 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.runlog import Run, RunInfo, list_runs, load_run
+from bebop.runlog.read import SETUP_KEYS
 
 DEFAULT_ROOT = "runs"
-CONFIG_KEYS = ("task", "rollout", "mtp_objective", "mtp_strategy", "gamma", "mode")
+CONFIG_KEYS = SETUP_KEYS  # meta.json's setup keys, what every table shows about a run (docs/runs.md)
+DEFAULT_SELECTION = 5
+# Column titles on screen for the names the tables carry (the CSV downloads keep the names).
+TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "task": "task", "rollout": "rollout",
+          "mtp_objective": "MTP loss", "mtp_strategy": "MTP strategy", "gamma": "γ", "mode": "mode",
+          "steps": "steps", "accept_length": "accept length", "final_reward": "reward (last tenth)",
+          "final_entropy": "entropy (last tenth)", "final_step_s": "s / step (last tenth)",
+          "slope": "slope (per nat)", "r2": "R²", "series": "series", "measured_end_to_end": "measured, whole step",
+          "measured_rollout": "measured, generation", "theoretical": "bound (theory)",
+          "draft_cost": "draft cost (plain steps)", "verify_cost": "verify cost (plain steps)", "costs": "costs"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 
@@ -36,15 +46,26 @@ def label(info: RunInfo, root: Path) -> str:
     return info.path.relative_to(root).as_posix()
 
 
-def config_value(config: Mapping[str, Any], key: str) -> Any:
-    """`config[key]`, or the first `key` found in nested sections (configs nest dataclasses)."""
-    pending = [config]
-    while pending:
-        section = pending.pop(0)
-        if key in section:
-            return section[key]
-        pending.extend(v for v in section.values() if isinstance(v, Mapping))
-    return None
+def shown(value: Any) -> Any:
+    """A setup value for a table cell: a sweep's several values as one comma-separated string."""
+    return ", ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def is_plain(info: RunInfo) -> bool:
+    """An RL run that decodes without MTP: the baseline every speedup is measured against."""
+    return info.kind == "rl" and info.setup.get("rollout") == "none"
+
+
+def default_selection(infos: list[RunInfo], labels: Mapping[str, RunInfo]) -> list[str]:
+    """First visit: running runs first, then the newest, a handful in all, and always a no-MTP baseline
+    when the root has one (without it every speedup would read against an MTP run)."""
+    names = list(labels)
+    running = [name for name in names if labels[name].state == "running"]
+    chosen = (running + [name for name in names if name not in running])[:DEFAULT_SELECTION]
+    plain = [name for name in names if is_plain(labels[name])]
+    if plain and not any(name in plain for name in chosen):
+        chosen = chosen[: DEFAULT_SELECTION - 1] + plain[:1]
+    return chosen
 
 
 def discover(root_text: str) -> tuple[Path, list[RunInfo], str | None]:
@@ -67,7 +88,8 @@ def selected() -> tuple[Path, list[RunInfo], list[RunInfo], str | None]:
     ctx = st.session_state.get("_bebop_ctx")
     if ctx is None:  # a page run on its own (tests): discover with the defaults
         root, infos, message = discover(default_root())
-        return root, infos, infos[:5], message
+        labels = {label(info, root): info for info in infos}
+        return root, infos, [labels[name] for name in default_selection(infos, labels)], message
     return ctx
 
 
@@ -124,13 +146,17 @@ def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> tuple[pd.Dat
     if by == "step" and not parts[0].empty:
         return parts[0], "accept length (tokens / verify step)"
     covered = set(parts[0]["run"])
-    for name, run in runs.items():
-        tokens = run.streams.get("tokens")
-        if tokens is not None and name not in covered:
-            edges = run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES
-            parts.append(plots.token_points({name: tokens}, edges))
+    parts.append(eval_points({name: run for name, run in runs.items() if name not in covered}))
     parts = [p for p in parts if not p.empty] or parts[:1]
     return pd.concat(parts, ignore_index=True), "acceptance rate (accepted / reached drafts)"
+
+
+def eval_points(runs: Mapping[str, Run]) -> pd.DataFrame:
+    """The per-token entropy law of evaluation runs (their `tokens` streams), one series per (head, method)."""
+    parts = [plots.token_points({name: run.streams["tokens"]},
+                                run.meta.get("entropy_bin_edges") or metrics.ENTROPY_BIN_EDGES)
+             for name, run in runs.items() if "tokens" in run.streams]
+    return pd.concat(parts, ignore_index=True) if parts else plots.token_points({})
 
 
 def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
@@ -140,12 +166,35 @@ def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
     for info in infos:
         row = {"run": label(info, root), "state": info.state,
                "kind": info.kind, "step": info.step}
-        row.update({key: config_value(info.config, key) for key in CONFIG_KEYS})
+        row.update({key: shown(info.setup.get(key)) for key in CONFIG_KEYS})
         row["created"] = pd.to_datetime(info.created, unit="s") if info.created else None
         row["heartbeat_age_s"] = round(now - info.heartbeat, 1) if info.heartbeat else None
         row["message"] = info.message
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def spec_gaps(trains: Mapping[str, pd.DataFrame]) -> dict[str, list[str]]:
+    """Runs that log some speculative counters but not all that pooling needs: {run: missing fields}."""
+    gaps = {name: plots.missing_spec(train) for name, train in trains.items()}
+    return {name: missing for name, missing in gaps.items() if 0 < len(missing) < len(plots.SPEC_FIELDS)}
+
+
+def note_spec_gaps(trains: Mapping[str, pd.DataFrame]) -> None:
+    """One line per partial run: what cannot be drawn, and which field its records lack."""
+    for name, missing in spec_gaps(trains).items():
+        st.caption(f":material/info: `{name}`: acceptance is not shown; its train records lack "
+                   f"{', '.join(f'`{m}`' for m in missing)}.")
+
+
+def column_titles(table: pd.DataFrame, formats: Mapping[str, str] | None = None) -> dict:
+    """st.dataframe column_config: readable titles for every known column, number formats where given."""
+    config = {}
+    for column in table.columns:
+        title = TITLES.get(column, column)
+        fmt = (formats or {}).get(column)
+        config[column] = st.column_config.NumberColumn(title, format=fmt) if fmt else title
+    return config
 
 
 def download(data: pd.DataFrame, file_name: str, key: str) -> None:

@@ -358,6 +358,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
 
 
+def setup_keys(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
+    """The setup keys every job writes into meta.json (docs/runs.md): a list where the sweep covers several values."""
+    def one_or_all(values):
+        values = list(dict.fromkeys(values))
+        return values[0] if len(values) == 1 else values
+
+    return {"task": one_or_all(config.tasks), "rollout": one_or_all(config.methods), "mtp_strategy": None,
+            "mtp_objective": one_or_all(h.objective or label for label, h in heads.items()),
+            "gamma": config.gamma, "mode": None}
+
+
 def run(args: argparse.Namespace) -> int:
     config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
@@ -368,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},
-                   kind="eval-mtp") as writer:
+                   kind="eval-mtp", meta_extra=setup_keys(config, policy.heads)) as writer:
         rows = sweep(model, tokenizer, policy.heads, config, writer)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)

@@ -282,7 +282,10 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
     torch.set_num_threads(config.threads)
     use_bf16 = resolve_dtype(None if config.autocast == "auto" else config.autocast, "cpu") == torch.bfloat16
     model = model.float().eval().requires_grad_(False)
-    writer = RunWriter(run_dir, config, kind="train-mtp")
+    tasks = config.tasks[0] if len(config.tasks) == 1 else list(config.tasks)
+    writer = RunWriter(run_dir, config, kind="train-mtp",  # setup keys: docs/runs.md
+                       meta_extra={"task": tasks, "rollout": None, "mtp_objective": config.objective,
+                                   "mtp_strategy": None, "gamma": config.depth, "mode": None})
     with writer:
         writer.status(message="generating self-generated data")
         data = load_or_generate(data_path, model, tokenizer, config)

@@ -327,7 +327,10 @@ class Engine:
             "num_steps": steps,
             "wall_time_s": wall,
             "tokens_per_s": generated / wall if wall > 0 else 0.0,
-            **{f"timing_s/{k}": v for k, v in timing.items()},
+            # Counters of the decode loop (sums, so they pool over rollouts and steps): what the Speed page's
+            # bound divides by, per verify step, instead of assumed costs.
+            "engine/num_steps": steps,
+            **{f"engine/{k}_s": v for k, v in timing.items()},
         }
         if config.gamma > 0:
             counters = SpecCounters(gamma=config.gamma, method=config.method)

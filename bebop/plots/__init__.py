@@ -14,36 +14,54 @@ decomposition; samples); import them all from here: `from bebop import plots`.
 """
 
 from bebop.plots.decomposition import decomposition_data, decomposition_figure
-from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, token_points
+from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, fitted_span, token_points
 from bebop.plots.samples import sample_html, sample_tokens, token_figure
-from bebop.plots.speed import positions, positions_figure, speedup_figure, speedup_table, step_time_figure, step_times
+from bebop.plots.speed import (
+                               bound_figure,
+                               positions,
+                               positions_figure,
+                               speedup_figure,
+                               speedup_table,
+                               step_costs,
+                               step_time_figure,
+                               step_times,
+)
 from bebop.plots.style import (
                                ACCEPT_LENGTH,
                                MAX_POINTS,
                                ORIGIN_COLORS,
                                PALETTE,
+                               SPEC_FIELDS,
                                TEMPLATE,
                                X_AXES,
+                               has_spec,
+                               missing_spec,
                                pooled,
                                run_colors,
                                smooth,
                                thin,
 )
-from bebop.plots.traces import lines, over_time
+from bebop.plots.traces import lines, numeric_series, over_time
 
 __all__ = [
     "ACCEPT_LENGTH",
     "MAX_POINTS",
     "ORIGIN_COLORS",
     "PALETTE",
+    "SPEC_FIELDS",
     "TEMPLATE",
     "X_AXES",
     "acceptance_vs_entropy",
+    "bound_figure",
     "decomposition_data",
     "decomposition_figure",
     "entropy_fits",
     "entropy_points",
+    "fitted_span",
+    "has_spec",
     "lines",
+    "missing_spec",
+    "numeric_series",
     "over_time",
     "pooled",
     "positions",
@@ -54,6 +72,7 @@ __all__ = [
     "smooth",
     "speedup_figure",
     "speedup_table",
+    "step_costs",
     "step_time_figure",
     "step_times",
     "thin",

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from bebop import metrics
-from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _colors, _floats, _layout, _runs, pooled, thin
+from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _colors, _floats, _layout, _runs, has_spec, pooled, thin
 
 
 def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> pd.DataFrame:
@@ -31,7 +31,7 @@ def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> p
             part = pd.DataFrame({"entropy": train["actor/entropy"], "acceptance": train[ACCEPT_LENGTH],
                                  "weight": 1.0})
         else:
-            if "spec/num_drafts" not in train.columns:
+            if not has_spec(train):
                 continue
             h, a, n = metrics.binned_acceptance(pooled(train))
             part = pd.DataFrame({"entropy": h.numpy(), "acceptance": a.numpy(), "weight": n.numpy()})
@@ -78,6 +78,19 @@ def entropy_fits(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "slope", "intercept", "r2", "n"])
 
 
+def fitted_span(intercept: float, slope: float, low: float, high: float) -> np.ndarray:
+    """The entropies [2] over which to draw a fitted line: the points' range, cut where the line reaches 0.
+
+    Acceptance (a rate, or an accept length) is never negative, so a steep fit over widely spread bins is drawn
+    only where it still says something possible.
+    """
+    if slope < 0:
+        high = min(high, max(low, -intercept / slope))
+    elif slope > 0:
+        low = max(low, min(high, -intercept / slope))
+    return np.array([low, high], dtype=float)
+
+
 def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
                           y_title: str = "accept length (tokens / verify step)") -> go.Figure:
     """Scatter per run with its fitted line; the legend gives slope (per nat) and R²."""
@@ -100,7 +113,7 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
         ))
         if math.isnan(fit["slope"]):
             continue
-        x = np.array([part["entropy"].min(), part["entropy"].max()])
+        x = fitted_span(fit["intercept"], fit["slope"], part["entropy"].min(), part["entropy"].max())
         fig.add_trace(go.Scatter(
             x=x, y=fit["intercept"] + fit["slope"] * x, mode="lines", legendgroup=run, showlegend=False,
             name=f"{run} fit", line=dict(color=colors[run], width=2.5),

@@ -17,6 +17,9 @@ ORIGIN_COLORS = {"accepted": "#2E9E5B", "recovered": "#E8833A", "bonus": "#3C78D
 X_AXES = {"step": ("step", "RL step"), "time": ("time", "wall time (min)"), "tokens": ("tokens", "generated tokens")}
 ACCEPT_LENGTH = "spec/accept_length"
 TEMPLATE = "plotly_white"
+# What pooling speculative counters needs; a run written by another loop may carry only some of them.
+SPEC_FIELDS = ("spec/gamma", "spec/num_drafts", "spec/num_draft_tokens", "spec/num_accepted_tokens")
+MARKERS_UNDER = 60  # a series this short also draws its points: a one-step run is a point, not nothing
 
 
 def run_colors(runs: Iterable[str]) -> dict[str, str]:
@@ -47,9 +50,12 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     fig.update_layout(
         template=TEMPLATE, title=dict(text=title, x=0.01, xanchor="left"), height=height,
         margin=dict(l=60, r=20, t=50, b=40), hovermode="closest", uirevision="keep",
-        # Below the axes: run names are long, and a legend on top fights the title for room.
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0),
+        showlegend=True,  # Plotly hides a one-trace legend, and then nobody knows whose point that is
+        # Below the axes, anchored to the figure's bottom edge rather than the plot's, so it never covers the
+        # x-axis title (run names are long, and a legend on top fights the title for room).
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0, xanchor="left", x=0.0),
     )
+    fig.update_layout(height=fig.layout.height + 40, margin_b=90)
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title)
     return fig
@@ -78,14 +84,27 @@ def _check_columns(data: pd.DataFrame, columns: Iterable[str], what: str) -> Non
         raise ValueError(f"{what} needs columns {missing}; got {list(data.columns)}")
 
 
+def missing_spec(train: pd.DataFrame) -> list[str]:
+    """The SPEC_FIELDS a train stream lacks (all of them: a run without MTP; some: a partial writer)."""
+    return [c for c in SPEC_FIELDS if c not in train.columns or not train[c].notna().any()]
+
+
+def has_spec(train: pd.DataFrame) -> bool:
+    """Whether the stream's speculative counters can be pooled into rates."""
+    return not missing_spec(train)
+
+
 def pooled(train: pd.DataFrame) -> dict:
     """`metrics.pool` of every row, vectorised (column sums), so a long run stays cheap to redraw.
 
     Rows without MTP (no spec/gamma) are ignored; rows that disagree on γ or method cannot be pooled.
     """
-    spec = train[train["spec/gamma"].notna()] if "spec/gamma" in train.columns else train.iloc[0:0]
-    if spec.empty:
+    missing = missing_spec(train)
+    if len(missing) == len(SPEC_FIELDS):
         raise ValueError("no speculative counters to pool (a run without MTP rollouts)")
+    if missing:
+        raise ValueError(f"cannot pool speculative counters: the train records lack {', '.join(missing)}")
+    spec = train[train["spec/gamma"].notna()]
     total = spec.select_dtypes("number").sum().to_dict()
     for key in ("spec/gamma", "spec/method"):
         values = spec[key].dropna().unique() if key in spec.columns else []

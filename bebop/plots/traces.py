@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from bebop.plots.style import X_AXES, _check_columns, _colors, _layout, _runs, smooth, thin
+from bebop.plots.style import MARKERS_UNDER, X_AXES, _check_columns, _colors, _layout, _runs, smooth, thin
 
 
 def over_time(trains: Mapping[str, pd.DataFrame], columns: Sequence[str], *, x: str = "step") -> pd.DataFrame:
@@ -27,6 +27,13 @@ def over_time(trains: Mapping[str, pd.DataFrame], columns: Sequence[str], *, x: 
     if not frames:
         return pd.DataFrame(columns=["run", x, *columns])
     return pd.concat(frames, ignore_index=True)[["run", x, *columns]]
+
+
+def numeric_series(frames: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Every numeric column logged by any of `frames` (the x axes aside), sorted: what a user can plot."""
+    skip = {column for column, _ in X_AXES.values()}
+    found = {c for frame in frames.values() for c in frame.select_dtypes("number").columns if c not in skip}
+    return sorted(found)
 
 
 def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str, x: str = "step",
@@ -50,7 +57,8 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
                                          legendgroup=run, showlegend=False, opacity=0.25,
                                          line=dict(color=colors[run], width=1), hoverinfo="skip"))
             # The legend lists runs (colour) once, and the columns (dash) once each, below.
-            fig.add_trace(go.Scatter(x=xs[keep], y=smooth(raw, smoothing)[keep], mode="lines",
+            mode = "lines+markers" if len(part) < MARKERS_UNDER else "lines"
+            fig.add_trace(go.Scatter(x=xs[keep], y=smooth(raw, smoothing)[keep], mode=mode,
                                      name=run if j == 0 else name, legendgroup=run, showlegend=j == 0, line=style,
                                      hovertemplate=f"{html.escape(name)}<br>%{{x}}: %{{y:.4g}}<extra></extra>"))
     if len(columns) > 1:

@@ -51,7 +51,15 @@ from bebop.runlog import RunWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts")
-_COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/")
+_COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "engine/")
+
+
+def rl_setup(config: RLConfig, head, task: str) -> dict:
+    """meta.json's setup keys (docs/runs.md): what the dashboard shows; no head means no MTP fields."""
+    speculative = head is not None
+    return {"task": task, "rollout": config.rollout, "mode": config.mode,
+            "mtp_objective": getattr(head, "objective", None) if speculative else None,
+            "mtp_strategy": config.mtp if speculative else None, "gamma": config.gamma if speculative else None}
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -124,8 +132,8 @@ class Trainer:
         self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
         self.engine = Engine(self.gen_policy, self.gen_head)
         self.writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=resume, name=name,
-                                meta_extra={"policy_parameters": self.policy.num_parameters(),
-                                            "task": getattr(task, "name", config.task), **(meta_extra or {})})
+                                meta_extra={"policy_parameters": self.policy.num_parameters(), **(meta_extra or {}),
+                                            **rl_setup(config, self.head, getattr(task, "name", config.task))})
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed

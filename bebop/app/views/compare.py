@@ -22,25 +22,34 @@ rows = []
 for info in chosen:
     name = state.label(info, root)
     train = trains.get(name)
-    row = {"run": name, **{key: state.config_value(info.config, key) for key in state.CONFIG_KEYS}}
+    row = {"run": name, **{key: state.shown(info.setup.get(key)) for key in state.CONFIG_KEYS}}
     if train is not None:
         tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
         row["steps"] = len(train)
-        if "spec/num_drafts" in train.columns:
+        if plots.has_spec(train):
             row["accept_length"] = metrics.derive(plots.pooled(train))[plots.ACCEPT_LENGTH]
         for column, short in (("critic/score/mean", "final_reward"), ("actor/entropy", "final_entropy"),
                               ("timing_s/step", "final_step_s")):
             if column in tail.columns:
                 row[short] = float(tail[column].mean())
     rows.append(row)
-summary = pd.DataFrame(rows)
 points, y_title = state.entropy_points(runs)
-summary = summary.merge(plots.entropy_fits(points)[["run", "slope", "r2"]], on="run", how="left")
+# An evaluation run's law comes per (head, method) series, labelled "run · head method": one row per series,
+# whether or not its points share the chart (per step, the chart's y is the RL runs' accept length).
+evals = state.eval_points({name: run for name, run in runs.items() if name not in set(points["run"])})
+law = pd.concat([p for p in (points, evals) if not p.empty] or [points], ignore_index=True)
+fits = plots.entropy_fits(law)[["run", "slope", "r2"]].rename(columns={"run": "series"})
+fits["run"] = fits["series"].str.split(" · ").str[0]
+summary = pd.DataFrame(rows).merge(fits, on="run", how="left")
+summary["series"] = summary["series"].where(summary["series"] != summary["run"])
+summary = summary.dropna(axis="columns", how="all")
+# What the page compares first (the law and the acceptance), then what the runs are: the table scrolls, the left stays.
+first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in summary.columns]
+summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
-st.dataframe(summary, hide_index=True, width="stretch",
-             column_config={"slope": st.column_config.NumberColumn("slope (per nat)", format="%+.3f"),
-                            "r2": st.column_config.NumberColumn("R²", format="%.3f"),
-                            "accept_length": st.column_config.NumberColumn("accept length", format="%.3f")})
+formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
+           "final_step_s": "%.2f"}
+st.dataframe(summary, hide_index=True, width="stretch", column_config=state.column_titles(summary, formats))
 state.download(summary, "compare_summary.csv", key="dl_compare_summary")
 
 left, right = st.columns(2)

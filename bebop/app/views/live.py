@@ -34,7 +34,7 @@ colors = plots.run_colors(state.label(info, root) for info in chosen)
 def recent(train, rows: int = 10) -> dict:
     """Pooled rates over the last `rows` steps: what the run does now, not on average."""
     tail = train.tail(rows)
-    return metrics.derive(plots.pooled(tail)) if "spec/num_drafts" in tail.columns else {}
+    return metrics.derive(plots.pooled(tail)) if plots.has_spec(tail) else {}
 
 
 @st.fragment(run_every=run_every)
@@ -59,6 +59,7 @@ def headline() -> None:
     fmt["accept length (last 10)"] = st.column_config.NumberColumn(format="%.2f", help="pooled over the last 10 steps")
     fmt["s / step"] = st.column_config.NumberColumn(format="%.2f")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config=fmt)
+    state.note_spec_gaps(trains)
 
 
 @st.fragment(run_every=run_every)
@@ -90,7 +91,7 @@ def acceptance() -> None:
             st.plotly_chart(plots.lines(data, [plots.ACCEPT_LENGTH], title="Accept length", x=x, smoothing=smoothing,
                                         y_title="tokens / verify step", colors=colors), key="live_accept_length")
             state.download(data, "accept_length.csv", key="dl_live_accept_length")
-    gammas = [int(t["spec/gamma"].dropna().max()) for t in trains.values() if "spec/gamma" in t.columns]
+    gammas = [int(t["spec/gamma"].dropna().max()) for t in trains.values() if plots.has_spec(t)]
     columns = [f"spec/acceptance_rate_pos/{i}" for i in range(min(gammas, default=0))]
     data = plots.over_time(trains, columns, x=x) if columns else data.iloc[0:0]
     with right:

@@ -20,6 +20,7 @@ for col, name in zip(cols, ("running", "finished", "failed", "stale")):
 st.dataframe(
     table, hide_index=True, width="stretch",
     column_config={
+        **state.column_titles(table),
         "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm"),
         "heartbeat_age_s": st.column_config.NumberColumn("heartbeat age", format="%.0f s",
                                                          help="seconds since the run last wrote status.json"),

@@ -1,4 +1,5 @@
-"""Speed: tokens/s, where a step's time goes, and the measured speedup next to the theoretical one."""
+"""Speed: tokens/s, where a step's time goes, the measured speedup over a no-MTP run, and apart from it the bound
+that theory gives from the runs' own acceptance and step costs."""
 
 import streamlit as st
 
@@ -10,23 +11,32 @@ st.title("Speed")
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
-names = [state.label(info, root) for info in chosen]
+# The baseline must decode without MTP whenever the root has such a run, selected or not.
+extra = [] if any(state.is_plain(info) for info in chosen) else [info for info in infos if state.is_plain(info)][:1]
+names = [state.label(info, root) for info in chosen + extra]
 colors = plots.run_colors(names)
-trains = state.trains(state.load_runs(chosen, root))
+trains = state.trains(state.load_runs(chosen + extra, root))
 if not trains:
     st.stop()
+if extra:
+    st.caption(f"Baseline `{state.label(extra[0], root)}` (no MTP) added: none of the selected runs decodes without MTP.")
 
 timed = list(plots.step_times(trains)["run"])
-plain = [name for name in timed if "spec/num_drafts" not in trains[name].columns]
-c1, c2, c3, c4 = st.columns([2, 1, 1, 1.5])
+plain = [name for name in timed if not plots.has_spec(trains[name])]
+c1, c2, c3 = st.columns([2, 1.4, 1.5])
 baseline = c1.selectbox("Baseline run", timed, index=timed.index(plain[0]) if plain else 0, key="speed_baseline",
                         help="speedups are this run's time divided by each run's time") if timed else None
-draft_cost = c2.number_input("Draft step cost", 0.0, 2.0, 0.05, 0.01, key="speed_draft_cost",
-                             help="one MTP draft step, in units of a plain 1-token decode step")
-verify_cost = c3.number_input("Verify step cost", 0.1, 5.0, 1.1, 0.05, key="speed_verify_cost",
-                              help="one (γ+1)-token target forward, in units of a plain decode step")
-x = c4.segmented_control("x-axis", list(plots.X_AXES), default="step", key="speed_x",
+assume = c2.toggle("Assume step costs", key="speed_assume",
+                   help="replace the step costs the engine measured with your own (an assumption)")
+x = c3.segmented_control("x-axis", list(plots.X_AXES), default="step", key="speed_x",
                          format_func=str.capitalize) or "step"
+draft_cost = verify_cost = None
+if assume:
+    a1, a2 = st.columns(2)
+    draft_cost = a1.number_input("Assumed draft step cost", 0.0, 2.0, 0.05, 0.01, key="speed_draft_cost",
+                                 help="one MTP draft step, in units of a plain 1-token decode step")
+    verify_cost = a2.number_input("Assumed verify step cost", 0.1, 5.0, 1.1, 0.05, key="speed_verify_cost",
+                                  help="one (γ+1)-token target forward, in units of a plain decode step")
 
 left, right = st.columns(2)
 with left:
@@ -47,11 +57,17 @@ with right:
 
 if baseline is None:
     st.stop()
+if baseline not in plain:
+    st.warning(f"`{baseline}` decodes with MTP: speedups against it are not speedups over plain decoding.",
+               icon=":material/warning:")
 table = plots.speedup_table(trains, baseline, draft_cost=draft_cost, verify_cost=verify_cost)
-st.plotly_chart(plots.speedup_figure(table, baseline), key="speed_speedup")
+measured, bound = st.columns(2)
+measured.plotly_chart(plots.speedup_figure(table, baseline), key="speed_speedup")
+bound.plotly_chart(plots.bound_figure(table), key="speed_bound")
 st.dataframe(table, hide_index=True, width="stretch",
-             column_config={c: st.column_config.NumberColumn(format="%.2f") for c in table.columns if c != "run"})
+             column_config=state.column_titles(table, {c: "%.2f" for c in table.columns if c not in ("run", "costs")}))
 state.download(table, "speedup.csv", key="dl_speed_speedup")
-st.caption("Measured: baseline mean seconds per step divided by the run's (whole step, and generation only). "
-           "Theoretical: (1 + Σ_j Π_{i≤j} α_i) / (verify cost + γ · draft cost) from the run's pooled α_i; it bounds "
-           "the generation phase, so compare it with the generation bar. Async steps overlap generation and update.")
+st.caption("Measured: the baseline's mean seconds per step divided by the run's (whole step, and generation only). "
+           "Theoretical: (1 + Σ_j Π_{i≤j} α_i) / (verify cost + γ · draft cost) from the run's pooled α_i, with the "
+           "costs in units of the baseline's plain decode step: measured by the engine (its `engine/*` counters) "
+           "unless you assume them above. It bounds the decode loop, so compare it with the generation bar.")

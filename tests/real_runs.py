@@ -1,0 +1,37 @@
+"""Runs made by the real CLI (`bebop rl`, `train-mtp`, `eval-mtp`), once per test process, for the dashboard tests.
+
+Each command costs seconds of CPU, so `real_runs_root()` makes them the first time it is called and returns the
+same root after that (test_app.py and test_browser.py share it through their session fixtures).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# name -> the CLI arguments after `python -m bebop`; `--out` / `--run-dir` is added below
+COMMANDS = {
+    "rl-rs": ["rl", "--preset", "quick", "--steps", "1", "--no-progress"],
+    "rl-plain": ["rl", "--preset", "quick", "--steps", "1", "--rollout", "none", "--no-progress"],
+    "train-mtp": ["train-mtp", "--tiny"],
+    "eval-mtp": ["eval-mtp", "--heads", "ce", "e2e_tv", "--methods", "to", "rs", "--temperatures", "0.7", "1.3",
+                 "--num-prompts", "2", "--max-new-tokens", "16", "--gamma", "2"],
+}
+
+
+@functools.cache
+def real_runs_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="bebop-real-runs-")) / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for name, args in COMMANDS.items():
+        out = ["--out" if args[0] == "rl" else "--run-dir", str(root / name)]
+        done = subprocess.run([sys.executable, "-m", "bebop", *args, *out], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"bebop {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return root
