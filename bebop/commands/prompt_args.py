@@ -8,10 +8,10 @@
     fields = prompt_fields(args)                # the job config's prompt_key/answer_key/chat_template/system_prompt
     fmt = resolve(args, tokenizer)              # after the tokenizer is loaded: a bebop.data.prompting.PromptFormat
 
-The job configs (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`) carry the four fields, so a run's config.json
-records them (checked by `bebop.data.prompt_options`) and a resumed run reads its dataset and lays out its prompts as before. `resolve` raises ValueError
-(one line, exit 2 through the CLI) for `on` with a tokenizer without a template, and for a system prompt without
-a chat template.
+The job configs (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`) carry the four fields (checked by
+`bebop.data.prompt_options`), so a run's config.json records them and a resumed run reads its dataset and lays out
+its prompts as before. `resolve` raises ValueError (one line, exit 2 through the CLI) for `on` with a tokenizer
+without a template, and for a system prompt without a chat template.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def add_prompt_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answer-key", default=ANSWER_KEY,
                         help="a dataset task's answer column, verified by math-verify (default: %(default)s)")
     parser.add_argument("--chat-template", choices=CHAT_MODES, default="auto",
-                        help="wrap prompts in the tokenizer's chat template as a user turn "
-                             "(auto: when the tokenizer has one; the shipped character tokenizer has none) (default: %(default)s)")
+                        help="wrap prompts in the tokenizer's chat template as a user turn (auto: when the "
+                             "tokenizer has one; the shipped character tokenizer has none) (default: %(default)s)")
     parser.add_argument("--system-prompt", default=None, metavar="TEXT",
                         help="a system message before the user turn (needs the chat template) (default: none)")
 

@@ -54,7 +54,7 @@ from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.batches import pad
 from bebop.data.completions import complete
 from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
-from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids, vocab_limit
 from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
@@ -212,10 +212,11 @@ def split_heldout(batches: list[dict], fraction: float) -> tuple[list[dict], lis
 
 
 # ------------------------------------------------------------------------------------------------ step
-def lm_head_weight(model: Transformer, use_bf16: bool) -> torch.Tensor:
+def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) -> torch.Tensor:
     """The frozen LM head [V, d] in the compute dtype, cast once per run (under autocast every matmul would
-    cast the [V, d] weight again)."""
-    return model.lm_head.weight.detach().to(torch.bfloat16 if use_bf16 else torch.float32)
+    cast the [V, d] weight again). `rows` keeps the tokenizer's ids only: padding rows are never sampled
+    (`bebop.data.prompting.vocab_limit`), so target and draft are the distributions over the rest."""
+    return model.lm_head.weight.detach()[:rows].to(torch.bfloat16 if use_bf16 else torch.float32)
 
 
 def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool):
@@ -291,7 +292,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         data = load_or_generate(data_path, model, tokenizer, config)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)
-        head, weight = new_head(model, config), lm_head_weight(model, use_bf16)
+        rows = vocab_limit(tokenizer, model.config.vocab_size)
+        head, weight = new_head(model, config), lm_head_weight(model, use_bf16, rows)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         warmup = max(1, round(config.warmup_frac * config.steps))
@@ -354,7 +356,8 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         return dataclasses.replace(TrainMTPConfig.tiny(args.objective), **prompt_fields(args))
     return dataclasses.replace(
         TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
-        tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens, steps=args.steps, batch_size=args.batch_size,
+        tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens,
+        steps=args.steps, batch_size=args.batch_size,
         lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.autocast,
         eval_every=args.eval_every, seed=args.seed, threads=args.threads,
         init_head=None if args.init is None else str(args.init), **prompt_fields(args))

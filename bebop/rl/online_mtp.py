@@ -35,7 +35,7 @@ class OnlineMTP:
     """Keeps the head frozen or trains it on rollouts; `update` returns the step's `mtp/*` metrics."""
 
     def __init__(self, head: MTPHead | None, strategy: str, *, lr: float, grad_clip: float, depth: int,
-                 temperature: float = 1.0, micro_batch_rows: int = 8):
+                 temperature: float = 1.0, micro_batch_rows: int = 8, vocab_limit: int | None = None):
         if strategy not in ("frozen", *OBJECTIVE):
             raise ValueError(f"unknown MTP strategy {strategy!r}; valid names: ['frozen', {', '.join(map(repr, OBJECTIVE))}]")
         if strategy != "frozen" and head is None:
@@ -44,6 +44,7 @@ class OnlineMTP:
             raise ValueError(f"micro_batch_rows must be a positive int, got {micro_batch_rows!r}")
         self.head, self.strategy, self.micro_batch_rows = head, strategy, micro_batch_rows
         self.grad_clip, self.depth, self.temperature = grad_clip, depth, temperature
+        self.vocab_limit = vocab_limit  # the LM head's rows past it are padding the rollouts never sample
         self.optimizer = None
         if head is not None:
             head.requires_grad_(strategy != "frozen")
@@ -96,7 +97,7 @@ class OnlineMTP:
     def _micro_step(self, backbone, hidden, tokens, target_hidden, labels, mask, share: float) -> tuple[float, float]:
         """Backward of `share` x the loss on some rows (hidden [b, L, d], target_hidden [b, L, γ, d], mask [b, L]);
         returns (their mean loss, their sum over anchors of the mean d_TV over steps)."""
-        weight = backbone.lm_head.weight.detach()  # [V, d]
+        weight = backbone.lm_head.weight.detach()[: self.vocab_limit]  # [V, d]
         draft_hidden = self.head.chain_hidden(backbone, hidden, tokens, self.depth)  # [b, L, γ, d]
         loss = draft_loss_from_hidden(draft_hidden, target_hidden, weight, objective=self.objective, labels=labels,
                                       mask=mask, temperature=self.temperature)

@@ -123,7 +123,8 @@ class Trainer:
         self.head = copy.deepcopy(head).float().eval() if (head is not None and config.uses_head) else None
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
-                                depth=config.mtp_depth, temperature=config.temperature)
+                                depth=config.mtp_depth, temperature=config.temperature,
+                                vocab_limit=self.vocab_limit)
         self.reference = _snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
         self.start_step, self.version = 0, 0
         if checkpoint is not None:
