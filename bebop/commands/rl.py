@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bebop.commands.policy import HEAD_NAMES, load_policy
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
 def _preset_default(field: str) -> str:
@@ -66,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
+    add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
@@ -103,6 +105,7 @@ def finished_step(out: Path, config: RLConfig) -> int | None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     check_out(args.out, args.resume)
+    mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
     if args.resume and (last := finished_step(args.out, config)) is not None:
         print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "
@@ -114,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
     trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
                       progress=not args.no_progress, meta_extra={"head": args.head if config.uses_head else None})
+    for mirror in mirrors:
+        trainer.writer.add_mirror(mirror)
     records = trainer.run()
     if records:
         last = records[-1]
