@@ -10,11 +10,16 @@ Budget (quick profile, 2 CPU cores, measured on a quiet machine): 01 ~35 s, 02 ~
 test fails) only when one cell runs past it. Notebook 02 has twice taken minutes instead of seconds inside a full
 suite run with its kernel idle the whole time (never reproduced alone), so the guard is 600 s for every notebook.
 Speed belongs in `bebop bench`, not in wall-clock assertions that flake with the host's load.
+
+With `BEBOP_NOTEBOOK_HTML=DIR` each executed notebook is also rendered to DIR/<name>.html (nbconvert), outputs and
+plots included: `make docs` and CI build docs/notebooks/ this way (an artifact, never committed), so a reader sees
+every plot without running anything.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -66,7 +71,25 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
                                      resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     # Raises CellExecutionError (with the failing cell's traceback) on any error, or a timeout past the budget.
     client.execute()
+    if html_dir := os.environ.get("BEBOP_NOTEBOOK_HTML"):
+        render_html(nb, Path(html_dir) / f"{path.stem}.html")
     runs = [p for p in (tmp_path / "runs").rglob("meta.json")]
     assert runs, f"{path.name} wrote no run directory for the dashboard under BEBOP_RUNS"
     kinds = {json.loads(p.read_text())["kind"] for p in runs}
     assert kinds <= {"eval-mtp", "train-mtp", "rl"}, kinds
+
+
+def render_html(nb, out: Path) -> None:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body, encoding="utf-8")
+
+
+def test_render_html_keeps_outputs(tmp_path):
+    pytest.importorskip("nbconvert")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "2"}, execution_count=1)]
+    render_html(nb, tmp_path / "docs" / "x.html")
+    assert "1 + 1" in (tmp_path / "docs" / "x.html").read_text()
