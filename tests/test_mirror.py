@@ -108,3 +108,15 @@ def test_a_missing_package_is_one_line_and_exit_2(command, flag, package, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0] and f"pip install {package}" in err[0], err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed")
+def test_train_mtp_tensorboard_flag_writes_event_files_beside_the_run(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "train-mtp"
+    assert cli.main(["train-mtp", "--tiny", "--tensorboard", "--run-dir", str(run_dir)]) == 0
+    events = EventAccumulator(str(run_dir / TENSORBOARD_DIR))
+    events.Reload()
+    assert {"mtp/loss/e2e_tv", "mtp/d_tv_mean", "mtp/eval/d_tv_mean"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("mtp/loss/e2e_tv")] == [0, 1, 2, 3]  # TrainMTPConfig.tiny: 4 steps
