@@ -5,8 +5,9 @@ the TV losses' gradients and acceptance gain; frozen vs online heads during RL; 
 speedup), so executing it is the test: a regression in `bebop` makes a
 cell raise. The notebooks are committed without outputs; `pytest --nbmake notebooks/` runs them as well.
 
-Budget (quick profile, 2 CPU cores, measured on a quiet machine): 01 ~35 s, 02 ~15 s, 03 ~60 s, 04 ~40 s,
-05 ~30 s, about 3 minutes for the set. BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
+Quick profile, 2 CPU cores shared with seven other busy jobs (2026-12-02, each notebook's own clock): 01 141 s,
+02 143 s, 03 297 s, 04 101 s, 05 57 s; 14 minutes for the set with kernels and imports (notebooks/README.md).
+BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
 test fails) only when one cell runs past it. Notebook 02 has twice taken minutes instead of seconds inside a full
 suite run with its kernel idle the whole time (never reproduced alone), so the guard is 600 s for every notebook.
 Speed belongs in `bebop bench`, not in wall-clock assertions that flake with the host's load.
