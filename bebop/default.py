@@ -75,7 +75,8 @@ REQUIRED_HEADS = ("ce", "e2e_tv")
 class Default:
     model: Transformer
     tokenizer: CharTokenizer
-    heads: dict[str, MTPHead]  # objective -> head: "ce" and "e2e_tv" always, "tv" etc. when shipped
+    heads: dict[str, MTPHead]  # label -> head; load_default's: objective -> head, "ce" and "e2e_tv" always, "tv" etc.
+    # when shipped (bebop.commands.policy.load_policy_heads fills the same bundle with the heads a job names)
     path: Path
 
 

@@ -116,9 +116,9 @@ def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
     (["--seed", "-1"], "--seed"),
 ])
 def test_bench_rl_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
-    import bebop.default
+    import bebop.commands.policy
 
-    monkeypatch.setattr(bebop.default, "load_default", _no_load)
+    monkeypatch.setattr(bebop.commands.policy, "load_policy_heads", _no_load)
     assert main(["bench", "rl"] + argv) == 2
     assert flag in _one_error_line(capsys)
 
@@ -127,6 +127,19 @@ def test_bench_rl_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
 def test_bench_losses_checks_its_numbers_first(capsys, argv, flag):
     assert main(["bench", "losses", "--device", "cpu", "--vocab", "8"] + argv) == 2
     assert flag in _one_error_line(capsys)
+
+
+# ---------------------------------------------------------- issue 18: a typed --policy path that does not exist
+@pytest.mark.parametrize("command", [["rl", "--out", "{tmp}/run"], ["train-mtp"], ["eval-mtp"],
+                                     ["demo", "--out", "{tmp}/runs"], ["bench", "rl"]])
+def test_a_missing_policy_directory_is_one_line_before_loading(monkeypatch, tmp_path, capsys, command):
+    import bebop.models.checkpoint
+
+    monkeypatch.setattr(bebop.models.checkpoint, "load_pretrained", _no_load)
+    argv = [a.format(tmp=tmp_path) for a in command] + ["--policy", str(tmp_path / "nowhere")]
+    assert main(argv) == 2
+    assert f"--policy {tmp_path / 'nowhere'}: no such directory" in _one_error_line(capsys)
+    assert not any(tmp_path.iterdir())
 
 
 # ------------------------------------------------------------------------- 15: the hint, and resuming a finished run
@@ -155,15 +168,16 @@ def test_resuming_a_finished_run_with_more_steps_goes_on(old_run, no_rl_model):
 
 # --------------------------------------------------------------------------------------------------- 16: rl --help
 def test_rl_help_documents_every_flag_its_default_and_the_real_heads(capsys):
-    from bebop.commands.policy import HEAD_NAMES
+    from bebop.commands.policy import EMBEDDED
     from bebop.default import DEFAULT_DIR, shipped_heads
 
     with pytest.raises(SystemExit) as exit_:
         main(["rl", "--help"])
     assert exit_.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps; compare on single spaces
-    for head in {*shipped_heads(DEFAULT_DIR), *HEAD_NAMES}:
+    for head in {*shipped_heads(DEFAULT_DIR), EMBEDDED}:
         assert f"'{head}'" in text
+    assert "save_head directory" in text and "hub id" in text
     from bebop.commands import rl
 
     parser = argparse.ArgumentParser()

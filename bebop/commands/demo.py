@@ -1,10 +1,11 @@
 """`bebop demo`: the paper's end-to-end claim on your laptop, in a few minutes.
 
-On the embedded default policy it runs the same short GRPO job (async, same seed and prompts) in two regimes, each
+On the embedded default policy (or `--policy`: a checkpoint directory or hub id, with `--head` found by the rules
+of `bebop.commands.policy`) it runs the same short GRPO job (async, same seed and prompts) in two regimes, each
 twice:
 
     1. rollouts by plain decoding (no MTP)
-    2. rollouts by MTP speculative decoding with rejection sampling, the e2e TV head kept frozen
+    2. rollouts by MTP speculative decoding with rejection sampling, the head (e2e TV by default) kept frozen
 
 once at `--prompts` x `--group` rows per step (32 by default, a usual RL batch) and once at `--small-prompts` x
 `--group` (4: the small effective batch of the long tails of agentic rollouts, where the paper's gain is largest).
@@ -23,6 +24,7 @@ import argparse
 import time
 from pathlib import Path
 
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
 # Per-step counters of the engine's phases in the trainer's train records (seconds summed over the step's engine
@@ -39,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("runs"), help="runs root the dashboard reads")
-    parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
+    parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
 
@@ -49,8 +52,6 @@ def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
     return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, mtp="frozen", checkpoint_every=0,
                           samples_per_step=4, **overrides)
-
-
 
 
 def step_seconds(records: list[dict]) -> dict[str, float] | None:
@@ -109,12 +110,12 @@ def why_they_differ(regimes: list[dict]) -> str:
             "length buys less at large batch (a GPU's memory-bound decode keeps verification cheap).")
 
 
-def print_summary(regimes: list[dict], dirs: list[Path]) -> None:
+def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title="GRPO, same seed: plain decoding vs MTP + RS (e2e TV head, frozen)")
+    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + RS ({head} head, frozen)")
     table.add_column("")
     for r in regimes:
         table.add_column(f"{r['rows']} rows\nno MTP", justify="right")
@@ -144,22 +145,22 @@ def print_summary(regimes: list[dict], dirs: list[Path]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bebop.commands.bench.rl import run_once
-    from bebop.default import load_default
+    from bebop.commands.policy import head_label, load_policy_heads
+    from bebop.device import resolve_dtype
 
     if args.small_prompts < 0 or args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
-    default = load_default(path=args.policy)
-    if "e2e_tv" not in default.heads:
-        raise ValueError(f"the default has no e2e_tv head (found {sorted(default.heads)})")
+    policy = load_policy_heads(args.policy, [args.head], dtype=resolve_dtype(None, "cpu"))
+    label = head_label(args.head)
     root = args.out / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     regimes, dirs = [], []
     for config in configs:
         records = []
-        for rollout, head in (("none", None), ("rs", "e2e_tv")):
-            run_dir = root / (f"rows{config.batch_size}-" + ("no-mtp" if rollout == "none" else "mtp-rs-e2e_tv"))
-            records.append(run_once(default, config.replace(rollout=rollout), head, run_dir))
+        for rollout, head in (("none", None), ("rs", label)):
+            run_dir = root / (f"rows{config.batch_size}-" + ("no-mtp" if rollout == "none" else f"mtp-rs-{label}"))
+            records.append(run_once(policy, config.replace(rollout=rollout), head, run_dir))
             dirs.append(run_dir)
         regimes.append(regime(*records, config.batch_size))
-    print_summary(regimes, dirs)
+    print_summary(regimes, dirs, label)
     return 0

@@ -23,8 +23,10 @@ Run directory (kind "eval-mtp"):
     tokens.jsonl             one record per reached draft position: task, temperature, head, method, pos,
                              entropy (H(p) at that position, nats), accepted (0/1): fit the entropy law
                              per token with `bebop.metrics.fit_entropy_law` from these
-Heads are names of shipped heads ("ce", "tv", "e2e_tv", ...) or directories written by `save_head`
-(`label=DIR` names them).
+`--policy` is the embedded default, a checkpoint directory or a hub id; each of `--heads` is a head saved beside the
+policy (POLICY/heads/NAME: the default ships "ce", "tv", "e2e_tv"), the head stored in the policy's checkpoint
+("embedded", or its objective) or a directory written by `save_head`, tried in that order (`bebop.commands.policy`);
+`LABEL=HEAD` names it in the tables.
 """
 
 from __future__ import annotations
@@ -37,19 +39,17 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from bebop.commands.policy import load_policy, resolve_head
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.commands.train_mtp import anchor_mask
 from bebop.data.batches import pad
 from bebop.data.completions import Completion, complete
 from bebop.data.tasks import get as get_task
 from bebop.data.tasks import parse_tasks
-from bebop.default import DEFAULT_DIR
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -98,16 +98,6 @@ class EvalMTPConfig:
     @classmethod
     def tiny(cls, heads: tuple[str, ...] = ("ce", "e2e_tv")) -> "EvalMTPConfig":
         return cls(heads=heads, temperatures=(0.5, 1.0, 1.5), num_prompts=4, max_new_tokens=24, gamma=2)
-
-
-def resolve_heads(specs: Sequence[str], model: Transformer, *, root: Path = DEFAULT_DIR,
-                  dtype: torch.dtype | None = None) -> dict[str, MTPHead]:
-    """label -> head for specs that are head names under `root`/heads, directories, or label=directory."""
-    heads = {}
-    for spec in specs:
-        label, _, where = spec.partition("=") if "=" in spec else (spec, "", spec)
-        heads[label if "=" in spec else Path(where).name] = resolve_head(where, model, root, dtype=dtype)
-    return heads
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -342,9 +332,10 @@ def _print_fits(rows: list[dict], fits: list[dict], console: Console) -> None:
 # ----------------------------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EvalMTPConfig()
-    parser.add_argument("--policy", type=Path, default=None, help="policy checkpoint dir (default: the shipped one)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--heads", nargs="+", default=list(d.heads),
-                        help="shipped head names or head directories (label=DIR)")
+                        help=f"heads to compare, each {HEAD_HELP}; LABEL=HEAD names it in the tables "
+                             "(default: %(default)s)")
     parser.add_argument("--methods", nargs="+", default=list(d.methods), help="to and/or rs")
     parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures))
     parser.add_argument("--tasks", nargs="+", default=list(d.tasks))
@@ -363,13 +354,12 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads)
     torch.set_num_threads(config.threads)
-    root = args.policy or DEFAULT_DIR
-    dtype = resolve_dtype(config.dtype, "cpu")
-    model, tokenizer, _ = load_policy(root, dtype=dtype)
-    heads = resolve_heads(config.heads, model, dtype=dtype)  # shipped names are the default's heads
+    policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, "cpu"))
+    model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
-    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(root)}, kind="eval-mtp") as writer:
-        rows = sweep(model, tokenizer, heads, config, writer)
+    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},
+                   kind="eval-mtp") as writer:
+        rows = sweep(model, tokenizer, policy.heads, config, writer)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)
     print_tables(rows, fits)

@@ -1,20 +1,27 @@
-"""The policy and MTP head a job runs: `--policy DIR` (default: the embedded default) and a head spec.
+"""The policy and MTP heads a job runs: `--policy` (default: the embedded default) and `--head` / `--heads`.
 
-`bebop rl`, `bebop train-mtp` and `bebop eval-mtp` all load here. A head spec is
+Every job that takes a policy (`bebop rl`, `train-mtp`, `eval-mtp`, `demo`, `bench rl`, `bench engine`) loads here.
 
-    NAME   a head under ROOT/heads: the policy's directory for `load_policy` (`bebop rl`), the root a job
-           passes to `resolve_head` (`bebop eval-mtp` compares the default's shipped heads); with `load_policy`,
-           "e2e_tv" and "ce" also name the mtp.* head stored in the policy's own checkpoint when ROOT/heads has
-           no such head
-    PATH   a directory written by `bebop.models.checkpoint.save_head`
+`--policy` is
+    DIR      a local checkpoint directory in the Hugging Face layout with its tokenizer
+    ORG/NAME a hub id (anything that is not an existing directory and reads as one: "name" or "org/name"),
+             resolved by `bebop.models.checkpoint.load_pretrained`; offline, one line says it could not be
+    A path a user typed (./x, ../x, /x, ~/x, a/b/c) that does not exist is an error, never a hub id.
 
-A name is tried first, so ./ce names a directory that shares a head's name. The CLIs import this module for
-their help text, so torch and the checkpoint code load only when a policy does.
+A head spec is tried in this order, the first match wins:
+    NAME       a head saved beside the policy: POLICY/heads/NAME (a save_head directory)
+    embedded   the mtp.* head stored in the policy's own checkpoint; its recorded objective (e.g. "e2e_tv") names
+               it too, unless POLICY/heads has a head of that name
+    PATH       any directory written by `bebop.models.checkpoint.save_head`
+A wrong spec gets one line listing the heads the policy has; a head built for another backbone, one line naming
+both shapes (`load_head`). The CLIs import this module for their help text, so torch loads only with a policy.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,42 +29,114 @@ if TYPE_CHECKING:
     import torch
 
     from bebop.data.tokenizer import Tokenizer
+    from bebop.default import Default
     from bebop.models.mtp import MTPHead
     from bebop.models.transformer import Transformer
 
-# The names that also pick the head stored in the policy's checkpoint (`bebop rl --head`'s documented choices).
-HEAD_NAMES = ("e2e_tv", "ce")
+EMBEDDED = "embedded"  # the head spec that picks the mtp.* head of the policy's own checkpoint
+HEAD_HELP = (f"a head of the policy (POLICY/heads/NAME), '{EMBEDDED}' or its objective for the mtp.* head stored in "
+             "the policy's checkpoint, or a save_head directory, tried in that order")
+POLICY_HELP = "a checkpoint directory in the Hugging Face layout with its tokenizer, or a hub id"
+# A hub repository id: "name" or "org/name", each part starting with a letter or digit (Hugging Face's own rule).
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def check_policy(policy: str | os.PathLike | None) -> Path | str:
+    """The embedded default's directory (None), an existing directory, or a hub id; raise for a typed path that does
+    not exist. No torch: jobs call it before any heavy work."""
+    from bebop.default import DEFAULT_DIR
+
+    if policy is None:
+        return DEFAULT_DIR
+    path = Path(policy).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise NotADirectoryError(f"--policy {policy} is a file; give the checkpoint's directory")
+    if not _HUB_ID.fullmatch(str(policy)):
+        raise FileNotFoundError(f"--policy {policy}: no such directory (and not a hub id, which reads org/name)")
+    return str(policy)
 
 
 def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dtype: torch.dtype | None = None
                 ) -> tuple[Transformer, Tokenizer, MTPHead | None]:
-    """(model, tokenizer, head or None) from checkpoint directory `policy` (None: the embedded default) and the
+    """(model, tokenizer, head or None) from `policy` (see the module docstring; None: the embedded default) and the
     head spec `head` (None: no head). `dtype` None keeps each file's stored dtype."""
+    model, tokenizer, root, stored = _load(policy, dtype)
+    return model, tokenizer, None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
+
+
+def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str], *, dtype: torch.dtype | None = None
+                      ) -> Default:
+    """The policy with the heads `specs` name, labelled as `resolve_heads` labels them."""
+    from bebop.default import Default
+
+    model, tokenizer, root, stored = _load(policy, dtype)
+    heads = resolve_heads(specs, model, root=root, stored=stored, dtype=dtype)
+    return Default(model=model, tokenizer=tokenizer, heads=heads, path=root)
+
+
+def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
+          ) -> tuple[Transformer, Tokenizer, Path, MTPHead | None]:
+    """(model, tokenizer, the directory its files and heads/ are in, its stored head or None)."""
     from bebop.data.tokenizer import load_tokenizer
-    from bebop.default import DEFAULT_DIR
     from bebop.models.checkpoint import load_pretrained
 
-    if policy is not None and not Path(policy).is_dir():
-        raise FileNotFoundError(f"--policy {policy} is not a directory")
-    root = DEFAULT_DIR if policy is None else Path(policy)
-    model, stored = load_pretrained(root, dtype=dtype)
-    tokenizer = load_tokenizer(root)
-    return model, tokenizer, None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
+    where = check_policy(policy)
+    if isinstance(where, Path):
+        model, stored = load_pretrained(where, dtype=dtype)
+        return model, load_tokenizer(where), where, stored
+    try:
+        model, stored = load_pretrained(where, dtype=dtype)
+    except OSError as error:  # offline, unknown id, or no network: what the hub said, on one line
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise FileNotFoundError(f"--policy {where} is not a local directory, and as a hub id: {reason}") from None
+    from bebop.models.checkpoint import resolve_checkpoint_dir  # the snapshot load_pretrained has just read
+
+    root = resolve_checkpoint_dir(where)
+    return model, load_tokenizer(root), root, stored
 
 
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,
                  dtype: torch.dtype | None = None) -> MTPHead:
-    """The head `spec` names for `model` (see the module docstring): a name under `root`/heads, else `stored`
-    (the head `model`'s checkpoint holds, if the job lets a name pick it), else a directory."""
+    """The head `spec` names for `model` (see the module docstring): a name under `root`/heads, else `stored` (the
+    head `model`'s checkpoint holds) by "embedded" or its objective, else a save_head directory."""
     from bebop.default import shipped_heads
     from bebop.models.checkpoint import load_head
 
-    names = shipped_heads(root)
+    names = shipped_heads(Path(root))
     if spec in names:
         return load_head(Path(root) / "heads" / spec, model.config, dtype=dtype)
-    if spec in HEAD_NAMES and stored is not None:
-        return stored
-    if not Path(spec).is_dir():
-        raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {root} ({names}); "
-                                "--head / --heads take a head name or a save_head directory")
-    return load_head(spec, model.config, dtype=dtype)
+    if stored is not None and spec in (EMBEDDED, stored.objective):
+        return stored if dtype is None else stored.to(dtype)
+    if not Path(spec).expanduser().is_dir():
+        raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {Path(root) / 'heads'} ({names}) "
+                                f"nor its checkpoint's ({_embedded_note(stored)}); --head / --heads take one of those "
+                                "or a save_head directory")
+    return load_head(Path(spec).expanduser(), model.config, dtype=dtype)
+
+
+def _embedded_note(stored: MTPHead | None) -> str:
+    if stored is None:
+        return "it stores none"
+    return f"'{EMBEDDED}'" + (f" or '{stored.objective}'" if stored.objective else "")
+
+
+def head_label(spec: str) -> str:
+    """What a job calls the head `spec` names: LABEL of LABEL=SPEC, a directory's last part, else the name."""
+    label, sep, _ = spec.partition("=")
+    return label if sep else Path(spec).name
+
+
+def resolve_heads(specs: Sequence[str], model: Transformer, *, root: str | os.PathLike | None = None,
+                  stored: MTPHead | None = None, dtype: torch.dtype | None = None) -> dict[str, MTPHead]:
+    """label -> head for specs that `resolve_head` reads, each optionally as LABEL=SPEC (`root` None: the default's)."""
+    from bebop.default import DEFAULT_DIR
+
+    root = DEFAULT_DIR if root is None else root
+    labels = [head_label(spec) for spec in specs]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(f"heads labelled {repeated} more than once: name them apart with LABEL=HEAD")
+    return {label: resolve_head(spec.partition("=")[2] if "=" in spec else spec, model, root, stored=stored,
+                                dtype=dtype) for label, spec in zip(labels, specs)}

@@ -4,9 +4,10 @@
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
 
-The policy is the embedded default unless `--policy DIR` names a checkpoint in the Hugging Face layout with
-its tokenizer; `--head` picks the MTP head: a name of the policy's heads (`bebop rl --help` lists them) or a directory
-written by `bebop.models.checkpoint.save_head` (`bebop.commands.policy` reads both).
+The policy is the embedded default unless `--policy` names a checkpoint directory in the Hugging Face layout with
+its tokenizer, or a hub id; `--head` picks the MTP head: a head saved beside the policy (POLICY/heads/NAME), the
+head stored in its checkpoint ("embedded", or its objective), or a save_head directory, tried in that order
+(`bebop.commands.policy` reads them all).
 Async is the default mode; `--sync` runs generation and update one after the other.
 """
 
@@ -15,7 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bebop.commands.policy import HEAD_NAMES, load_policy
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
+from bebop.default import shipped_heads
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
@@ -23,14 +25,6 @@ from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 def _preset_default(field: str) -> str:
     """Help text for a flag that overrides a preset's field: each preset's own value, read from RLConfig."""
     return "default: the preset's (" + ", ".join(f"{p} {getattr(RLConfig.preset(p), field)}" for p in PRESETS) + ")"
-
-
-def head_names() -> list[str]:
-    """The names `--head` takes with the embedded default: its shipped heads and the names that pick the head in a
-    policy's own checkpoint."""
-    from bebop.default import shipped_heads
-
-    return sorted({*HEAD_NAMES, *shipped_heads()})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,11 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync", action="store_true", help="no overlap of generation and update (default: async)")
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--policy", type=Path, default=None,
-                        help="policy checkpoint dir in the Hugging Face layout (default: the embedded default)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv",
-                        help=f"MTP head: a head of the policy (the embedded default has {head_names()}) or a save_head "
-                             "directory (default: %(default)s)")
+                        help=f"MTP head: {HEAD_HELP}; the embedded default has {shipped_heads()} "
+                             "(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=None, help=f"RL steps; {_preset_default('steps')}")
     parser.add_argument("--seed", type=int, default=None,
                         help=f"seed of the prompts and of sampling (each step's a function of it); "
@@ -105,6 +98,7 @@ def finished_step(out: Path, config: RLConfig) -> int | None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     check_out(args.out, args.resume)
+    check_policy(args.policy)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
     if args.resume and (last := finished_step(args.out, config)) is not None:

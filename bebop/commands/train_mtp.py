@@ -300,7 +300,7 @@ def _bf16_copy(head: MTPHead, model: Transformer) -> MTPHead:
 # ------------------------------------------------------------------------------------------------ CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = TrainMTPConfig()
-    parser.add_argument("--policy", type=Path, default=None, help="policy checkpoint dir (default: the shipped one)")
+    parser.add_argument("--policy", default=None, help=f"{policy.POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--objective", default=d.objective, help=f"one of {', '.join(OBJECTIVES)}")
     parser.add_argument("--depth", type=int, default=d.depth, help="γ_train recursive draft steps")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="rollout temperature")
@@ -334,8 +334,8 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         init_head=None if args.init is None else str(args.init))
 
 
-def load_policy(path: Path | None):
-    """(model, tokenizer) from a checkpoint dir, or the shipped default when path is None, in float32 (the
+def load_policy(path: str | Path | None):
+    """(model, tokenizer) from a checkpoint dir or hub id, or the shipped default when path is None, in float32 (the
     compute dtype is `TrainMTPConfig.autocast`'s)."""
     model, tokenizer, _ = policy.load_policy(path, dtype=torch.float32)
     return model, tokenizer

@@ -10,6 +10,7 @@ update of step t) or "sync".
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 TASKS = ("math", "code", "agent")
@@ -48,7 +49,11 @@ class RLConfig:
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
 
     def __post_init__(self) -> None:
-        for name, options in (("task", TASKS), ("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)):
+        named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)]
+        dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
+        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get, parse_tasks)
+            named.insert(0, ("task", TASKS))
+        for name, options in named:
             if getattr(self, name) not in options:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: {list(options)}")
         for name in ("steps", "prompts_per_step", "max_new_tokens", "gamma", "mtp_depth"):

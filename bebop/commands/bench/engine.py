@@ -19,11 +19,13 @@ speedup and theory are against compiled plain decoding and compiled step costs. 
 warm-up round.
 
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
-and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init. The "draft cost" column is one draft
+and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init; and, with `--policy` (a checkpoint
+directory or hub id), "policy": that checkpoint with its `--head` (found by the rules of `bebop.commands.policy`),
+at the acceptance the head really has. Its HF assisted baseline drafts with the policy cut to its first layer. The "draft cost" column is one draft
 step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
 and an eighth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
 
-The draft head is the self-draft head of `bebop.models.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
+The named shapes' draft head is the self-draft head of `bebop.models.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
 E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
 at temperature 1 with no top-k/top-p and a fixed number of new tokens (no stop tokens), so every engine does the
 same work.
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -59,7 +62,11 @@ MODELS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=sorted(MODELS))
+    parser.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS),
+                        help="random-init shapes to time (default: tiny small, or none with --policy)")
+    parser.add_argument("--policy", default=None, help=f"also time this policy: {POLICY_HELP}")
+    parser.add_argument("--head", default="e2e_tv",
+                        help=f"the --policy's draft head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
@@ -87,6 +94,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    check_policy(args.policy)
 
 
 def _interleaved(cells: dict, repeats: int) -> dict:
@@ -173,11 +181,12 @@ def _hf_generate(target, prompts: torch.Tensor, new_tokens: int, assistant=None)
         return target.generate(prompts, attention_mask=torch.ones_like(prompts), **kwargs)
 
 
-def bench_model(name: str, args) -> list[dict]:
-    config = MODELS[name]()
+def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
+    """The records of one model: the shape `name` as a self-draft pair, or the (target, head) `pair` given."""
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    model, head = (m.to(device=device, dtype=dtype) for m in self_draft_pair(config, seed=0))
+    model, head = (m.to(device=device, dtype=dtype) for m in pair or self_draft_pair(MODELS[name](), seed=0))
+    config = model.config
     engines = {False: Engine(model, head)}
     if not args.no_compile:
         engines[True] = Engine(model, head, compile=True)
@@ -279,8 +288,10 @@ def run(args) -> int:
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    records = []
-    for name in args.models:
+    # The policy loads first, so a wrong --head fails before minutes of timing the named shapes.
+    policy = None if args.policy is None else load_policy(args.policy, args.head)
+    records = [] if policy is None else bench_model("policy", args, (policy[0], policy[2]))
+    for name in args.models or ([] if policy else ["tiny", "small"]):
         records += bench_model(name, args)
     print_table(records)
     if args.json:

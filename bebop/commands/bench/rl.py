@@ -1,6 +1,7 @@
 """`bebop bench rl`: RL step time with MTP + rejection sampling vs without, measured side by side.
 
-For each task it runs the same GRPO job (same seed, prompts and config) twice on the embedded default:
+For each task it runs the same GRPO job (same seed, prompts and config) twice on the embedded default (or `--policy`,
+a checkpoint directory or hub id, whose `--heads` are found by the rules of `bebop.commands.policy`):
 rollouts by plain decoding ("none") and by RS with the frozen e2e TV head, both async unless `--sync`;
 optionally a third run with the CE head (`--heads e2e_tv ce`) to compare how accept length drifts as RL
 moves the policy. Reported per task, from medians over the steps after the first (warm-up):
@@ -33,6 +34,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.metrics import derive, pool
 from bebop.rl.config import TASKS, RLConfig
 
@@ -42,7 +44,8 @@ SELF_DRAFT_SHAPES = ("policy", "deep")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--tasks", nargs="+", default=["math", "agent"], help=f"tasks from {list(TASKS)}")
-    parser.add_argument("--heads", nargs="+", default=["e2e_tv"], help="frozen heads to compare (e2e_tv, ce)")
+    parser.add_argument("--heads", nargs="+", default=["e2e_tv"],
+                        help=f"frozen heads to compare, each {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--prompts", type=int, nargs="+", default=[8],
                         help="prompts per step; several values sweep the effective batch (rows = prompts x group)")
@@ -56,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compute each row's prompt in the update (with --micro-batch-tokens 0: the padded rows)")
     parser.add_argument("--sync", action="store_true", help="sync mode instead of the default async")
     parser.add_argument("--with-sync", action="store_true", help="also run plain decoding in sync mode (async gain)")
-    parser.add_argument("--policy", type=Path, default=None, help="a default-layout directory (default: shipped)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: temp)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--self-draft", choices=SELF_DRAFT_SHAPES, default=None,
@@ -142,7 +145,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
                           **({"lr": 0.0} if args.self_draft else {}))
-    variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in args.heads]
+    variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in default.heads]
     if args.with_sync and not args.sync:
         variants.append(("none", None, "sync"))
     results: dict[str, list[dict]] = {}
@@ -154,7 +157,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
             records = run_once(default, base.replace(rollout=rollout, mode=mode), head, run_dir)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
-    plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{args.heads[0]}"]
+    plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{next(iter(default.heads))}"]
     result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
               "self_draft": args.self_draft, "speedup_end_to_end": plain["step_s"] / spec["step_s"],
               "speedup_rollout": plain["gen_s"] / spec["gen_s"], "runs": merged}
@@ -180,15 +183,13 @@ def print_table(results: list[dict]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bebop.default import load_default
+    from bebop.commands.policy import load_policy_heads
+    from bebop.device import resolve_dtype
 
     check_args(args)
-    default = load_default(path=args.policy)
+    default = load_policy_heads(args.policy, args.heads, dtype=resolve_dtype(None, "cpu"))
     if args.self_draft:
         default = self_draft_default(default, args.self_draft)
-    missing = [h for h in args.heads if h not in default.heads]
-    if missing:
-        raise ValueError(f"heads {missing} are not shipped; available: {sorted(default.heads)}")
     with tempfile.TemporaryDirectory(prefix="bebop-bench-rl-") as tmp:
         root = args.out or Path(tmp)
         results = [bench_task(default, task, prompts, args, root) for prompts in args.prompts for task in args.tasks]

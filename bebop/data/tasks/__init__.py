@@ -1,10 +1,13 @@
-"""Verifiable task families mirroring the paper's workloads: math, code, agent.
+"""Verifiable task families mirroring the paper's workloads (math, code, agent) and a user's own datasets.
 
     task = bebop.data.tasks.get("math")
     examples = task.sample(8, seed=0)                     # Example(prompt, answer, level, meta, task)
     text = task.demonstration(examples[0], torch.Generator().manual_seed(0), error_rate=0.2)
     task.reward(examples[0], text)                        # 1.0 or 0.0
     task.stop_strings                                     # ("<eos>",) or ("<eos>", "</call>") for agent
+
+A dataset is a spec instead of a name: `get("jsonl:PATH")`, `get("parquet:PATH")` or `get(DIR)` for a directory
+saved with `datasets`' `save_to_disk`, with a `DatasetConfig` for its column names (see `dataset`).
 
 See `base` for the shared contract, and each module for its texts, levels and verifier.
 """
@@ -16,32 +19,44 @@ from typing import Sequence
 from bebop.data.tasks.agent import AgentConfig, AgentEnv, AgentTask, tool_mask
 from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_completion
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
+from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, is_dataset_spec
 from bebop.data.tasks.math import MathConfig, MathTask
 
 TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent": (AgentTask, AgentConfig)}
 
 
-def get(name: str, config: MathConfig | CodeConfig | AgentConfig | None = None) -> Task:
-    """The task called `name` ("math" | "code" | "agent"), with its default config unless one is given."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid names: {sorted(TASKS)}")
-    task_cls, config_cls = TASKS[name]
+def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig | None = None) -> Task:
+    """The task `name` names: a built-in ("math" | "code" | "agent") or a dataset spec ("jsonl:PATH" |
+    "parquet:PATH" | a `save_to_disk` directory), with its default config unless one is given."""
+    if not isinstance(name, str):
+        raise ValueError(f"a task name must be a string, got {type(name).__name__}")
+    if name in TASKS:
+        task_cls, config_cls = TASKS[name]
+    elif is_dataset_spec(name):
+        task_cls, config_cls = DatasetTask, DatasetConfig
+    else:
+        raise ValueError(f"unknown task {name!r}; valid names: {sorted(TASKS)}, or a dataset: jsonl:PATH, "
+                         "parquet:PATH or a directory saved with datasets' save_to_disk")
     if config is not None and not isinstance(config, config_cls):
         raise ValueError(f"config for {name!r} must be a {config_cls.__name__}, got {type(config).__name__}")
-    return task_cls(config)
+    return DatasetTask(name, config) if task_cls is DatasetTask else task_cls(config)
 
 
-
-def parse_tasks(names: Sequence[str]) -> tuple[str, ...]:
-    """Validate task names ("math" | "code" | "agent"); ValueError naming the unknown ones."""
+def parse_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> tuple[str, ...]:
+    """Validate task names and dataset specs before any heavy work: a ValueError of one line for an unknown name,
+    a missing or unreadable file, a key the dataset lacks (naming its columns) or an empty dataset. `dataset`
+    holds the column names every dataset spec among `names` is read with."""
     names = tuple(names)
-    bad = [n for n in names if n not in TASKS]
-    if bad or not names:
-        raise ValueError(f"unknown task names {bad or names!r}; valid names: {sorted(TASKS)}")
+    if not names:
+        raise ValueError(f"no task given; valid names: {sorted(TASKS)}, or a dataset spec")
+    for name in names:
+        if name not in TASKS:
+            get(name, dataset)  # builds the task: loads the dataset and checks its columns and rows
     return names
 
 
 __all__ = [
     "TASKS", "get", "parse_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
+    "DatasetTask", "DatasetConfig", "is_dataset_spec",
 ]  # fmt: skip

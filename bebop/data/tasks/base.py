@@ -139,8 +139,10 @@ class Task(ABC):
             got = getattr(example, "task", type(example).__name__)
             raise ValueError(f"example must be an Example of task {self.name!r}, got {got!r}")
 
-    @abstractmethod
-    def _example(self, rng: Rng, level: int) -> Example: ...
+    def _example(self, rng: Rng, level: int) -> Example:
+        """One example at `level` drawn from `rng`: what `sample` builds its stream from (a task that draws
+        differently, such as a dataset's shuffled passes, overrides `sample` instead)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _example or override sample")
 
     @abstractmethod
     def _demonstrate(self, example: Example, rng: Rng, wrong: bool) -> str: ...

@@ -1,0 +1,154 @@
+"""A user's math dataset as a task: rows of a JSON-lines file, a Parquet file or a `datasets` directory.
+
+    task = bebop.tasks.get("jsonl:data/gsm8k.jsonl")                      # columns question / answer
+    task = bebop.tasks.get("parquet:train.parquet", DatasetConfig(prompt_key="problem", answer_key="solution"))
+    task = bebop.tasks.get("saved/")                                      # written by Dataset.save_to_disk
+    task.sample(8, seed=0)          # Example(prompt=question + "\\n", answer=the answer text, level=1, meta={"row": i})
+    task.reward(example, completion)                                      # math-verify; see `answers`
+
+The spec names the source: `jsonl:PATH`, `parquet:PATH` (read by `datasets.load_dataset`), or a directory saved
+with `save_to_disk` (`datasets.load_from_disk`; of a `DatasetDict`, the split `DatasetConfig.split`). Nothing is
+downloaded. The prompt column must hold text; the answer column anything that reads as text: a GSM8K solution ending
+in `#### 72`, or a final answer, plain or LaTeX, or a number. A prompt gets a trailing newline when it has none, as the
+built-in tasks' prompts end, so the policy answers on a line of its own.
+
+Sampling: `sample(n, seed)` walks one seeded stream of shuffled passes over the rows: without replacement while
+the pass lasts, then a fresh shuffle. One generator draws the passes in order, so `sample(k, seed)` is a prefix of
+`sample(n, seed)`. A dataset is a single level (`levels == (1,)`) and has no teacher: `demonstration` (what
+`bebop pretrain` trains on) raises; `train-mtp`, `eval-mtp` and `rl` let the policy answer the prompts.
+
+Every problem (unknown spec, missing file, unreadable file, a missing key, a prompt column that is not text, no rows) is a ValueError
+of one line, raised when the task is built, so `parse_tasks` reports it before any heavy work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from bebop.data.tasks.answers import gold_answer, math_rewards
+from bebop.data.tasks.base import Example, Rng, Task
+
+FILE_KINDS = {"jsonl": "json", "parquet": "parquet"}  # spec prefix -> the `datasets` builder that reads it
+_TEXT = ("string", "large_string")
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    prompt_key: str = "question"  # GSM8K's column names
+    answer_key: str = "answer"
+    split: str = "train"  # the split of a saved DatasetDict (files load as one split)
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_key", "answer_key", "split"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"DatasetConfig.{name} must be a non-empty string, got {getattr(self, name)!r}")
+
+
+def is_dataset_spec(spec: str) -> bool:
+    """Whether `spec` names a dataset (`jsonl:PATH`, `parquet:PATH` or an existing directory), not a built-in."""
+    kind, sep, _ = spec.partition(":")
+    return bool(sep) and kind in FILE_KINDS or Path(spec).expanduser().is_dir()
+
+
+def load_rows(spec: str, config: DatasetConfig):
+    """The `datasets.Dataset` a spec names, checked: both keys exist, the prompts are text, there are rows."""
+    import datasets
+
+    kind, sep, path = spec.partition(":")
+    try:
+        if sep and kind in FILE_KINDS:
+            if not Path(path).expanduser().is_file():
+                raise ValueError(f"task {spec!r}: no such file {path!r}")
+            rows = datasets.load_dataset(FILE_KINDS[kind], data_files=str(Path(path).expanduser()), split="train")
+        elif Path(spec).expanduser().is_dir():
+            rows = _pick_split(spec, datasets.load_from_disk(str(Path(spec).expanduser())), config.split)
+        else:
+            raise ValueError(f"unknown task {spec!r}: not a built-in task, jsonl:PATH, parquet:PATH or a "
+                             "directory saved with datasets' save_to_disk")
+    except ValueError:
+        raise
+    except Exception as err:  # datasets' own errors (bad JSON, not a dataset directory) as one line
+        raise ValueError(f"task {spec!r}: cannot read it: {_first_line(err)}") from err
+    _check_columns(spec, rows, config)
+    return rows
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of the first message along the error's causes (datasets wraps arrow's with an empty one)."""
+    while err is not None:
+        if str(err).strip():
+            return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+        err = err.__cause__ or err.__context__
+    return "unknown error"
+
+
+def _pick_split(spec: str, loaded, split: str):
+    if not hasattr(loaded, "keys"):  # a Dataset, not a DatasetDict
+        return loaded
+    if split not in loaded:
+        raise ValueError(f"task {spec!r} has no split {split!r}; its splits: {sorted(loaded.keys())}")
+    return loaded[split]
+
+
+def _check_columns(spec: str, rows, config: DatasetConfig) -> None:
+    columns = list(rows.column_names)
+    for what, key in (("prompt", config.prompt_key), ("answer", config.answer_key)):
+        if key not in columns:
+            raise ValueError(f"task {spec!r} has no {what} column {key!r} (--{what}-key); its columns: {columns}")
+    dtype = getattr(rows.features[config.prompt_key], "dtype", type(rows.features[config.prompt_key]).__name__)
+    if dtype not in _TEXT:  # answers may be numbers or mixed: `example` keeps them as text
+        raise ValueError(f"task {spec!r}: the prompt column {config.prompt_key!r} holds {dtype}, not text")
+    if len(rows) == 0:
+        raise ValueError(f"task {spec!r} has no rows")
+
+
+class DatasetTask(Task):
+    """Prompts and reference answers from a user's dataset, rewarded by math-verify."""
+
+    levels = (1,)
+
+    def __init__(self, spec: str, config: DatasetConfig | None = None):
+        self.config = config or DatasetConfig()
+        self.name = spec  # what examples and run logs carry; `get(task.name, task.config)` rebuilds the task
+        self.rows = load_rows(spec, self.config)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
+        """n rows from the seeded stream of shuffled passes (see the module docstring)."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+        if level is not None and level not in self.levels:
+            raise ValueError(f"level must be one of {self.levels} or None, got {level!r}")
+        rng = Rng.from_seed(seed)
+        order: list[int] = []
+        while len(order) < n:
+            order += torch.randperm(len(self.rows), generator=rng.generator).tolist()
+        return [self.example(i) for i in order[:n]]
+
+    def example(self, index: int) -> Example:
+        """Row `index` as an Example; the answer is kept as text so run logs always serialise it."""
+        row = self.rows[index]
+        prompt, answer = row[self.config.prompt_key], row[self.config.answer_key]
+        prompt = prompt if prompt.endswith("\n") else prompt + "\n"
+        return Example(prompt=prompt, answer="" if answer is None else str(answer), level=1, meta={"row": index},
+                       task=self.name)
+
+    def reward(self, example: Example, completion: str) -> float:
+        return self.rewards([example], [completion])[0]
+
+    def rewards(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
+        if len(examples) != len(completions):
+            raise ValueError(f"got {len(examples)} examples but {len(completions)} completions")
+        for example in examples:
+            self._check(example)
+        return math_rewards([gold_answer(e.answer) for e in examples], list(completions))
+
+    def _demonstrate(self, example: Example, rng: Rng, wrong: bool) -> str:
+        raise ValueError(f"task {self.name!r} is a dataset: it has no teacher for demonstrations (bebop pretrain "
+                         "trains on the built-in tasks only); train-mtp, eval-mtp and rl use its prompts")
