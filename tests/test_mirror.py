@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import struct
+import time
 
 import pytest
 
@@ -57,12 +58,12 @@ def test_tensorboard_event_files_read_back(tmp_path):
     assert [e.value for e in events.Scalars("eval/loss")] == pytest.approx([1.0, 0.5, 1 / 3])
 
 
-def wandb_history(path) -> list[dict]:
-    """The history records of a W&B run file: a LevelDB-style log (7-byte file header; 32 KiB blocks of chunks,
-    each with a 7-byte header: crc32, length, type 1 full / 2 first / 3 middle / 4 last) of protobuf Records."""
+def wandb_records(path) -> list:
+    """The protobuf Records of a W&B run file: a LevelDB-style log (7-byte file header; 32 KiB blocks of chunks,
+    each with a 7-byte header: crc32, length, type 1 full / 2 first / 3 middle / 4 last)."""
     from wandb.proto import wandb_internal_pb2
 
-    data, block, pos, chunks, rows = path.read_bytes(), 32768, 7, b"", []
+    data, block, pos, chunks, records = path.read_bytes(), 32768, 7, b"", []
     while pos + 7 <= len(data):
         if block - pos % block < 7:  # a block's tail too short for a header is padding
             pos += block - pos % block
@@ -76,9 +77,20 @@ def wandb_history(path) -> list[dict]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(chunks)
             chunks = b""
-            if record.WhichOneof("record_type") == "history":
-                rows.append({item.key or "/".join(item.nested_key): item.value_json for item in record.history.item})
-    return rows
+            records.append(record)
+    return records
+
+
+def wandb_history(path) -> list[dict]:
+    """The history rows of a finished W&B run file. wandb's core process may still be writing it when `finish()`
+    returns, so read until its closing `exit` record is there (a completion wait, not a timing test)."""
+    deadline = time.monotonic() + 60
+    records = wandb_records(path)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        records = wandb_records(path)
+    return [{item.key or "/".join(item.nested_key): item.value_json for item in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
