@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup demo test test-avx2 bench clean
+.PHONY: setup demo test test-avx2 bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,11 @@ demo: $(STAMP)
 	$(BIN)/bebop demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs
+	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs
+
+# The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed).
+docs: $(STAMP)
+	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q tests/test_notebooks.py -k quick_profile
 
 # The path a CPU without AVX-512 takes, on any x86 machine: oneDNN and ATen limited to AVX2 (so oneDNN refuses
 # bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.
@@ -33,4 +37,4 @@ bench: $(STAMP)
 	$(BIN)/bebop bench engine
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs/notebooks

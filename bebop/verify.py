@@ -3,7 +3,7 @@
 Given drafts ŷ_1..ŷ_γ and the target's distributions p_1..p_{γ+1} at those positions (p_{γ+1} is the
 position after the last draft), each draft is accepted in turn until the first rejection. The row then
 emits its accepted drafts plus one more token: the *recovered* token sampled at the rejected position, or
-the *bonus* token sampled from p_{γ+1} when all γ passed. Notation: target = p, draft = q (PAPER.md).
+the *bonus* token sampled from p_{γ+1} when all γ passed. Notation: target = p, draft = q (docs/paper.md).
 
 Why rejection sampling ("rs") is lossless. The draft ŷ ~ q is accepted with probability min(1, p(ŷ)/q(ŷ))
 (u·q(ŷ) < p(ŷ) with u ~ U(0, 1)); on rejection, whose total probability is 1 - Σ_v min(p, q)(v)

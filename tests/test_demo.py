@@ -13,6 +13,8 @@ from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.runlog import list_runs, load_run
 
+RUN_NAMES = ["rows2-mtp-rs-e2e_tv", "rows2-no-mtp", "rows4-mtp-rs-e2e_tv", "rows4-no-mtp"]
+
 
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory):
@@ -34,27 +36,60 @@ def parse(*argv):
     return parser.parse_args(list(argv))
 
 
-def test_demo_runs_both_jobs_and_prints_the_summary(policy_dir, tmp_path, capsys):
-    args = parse("--policy", str(policy_dir), "--steps", "3", "--prompts", "2", "--group", "2",
+def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_dir, tmp_path, capsys):
+    args = parse("--policy", str(policy_dir), "--steps", "3", "--prompts", "2", "--small-prompts", "1", "--group", "2",
                  "--max-new-tokens", "16", "--out", str(tmp_path / "runs"), "--threads", "1")
     assert demo.run(args) == 0
     out = capsys.readouterr().out
-    assert "end-to-end speedup" in out and "bebop dashboard --runs" in out and "accept length" in out
-    assert "4 rows decode together" in out and "--self-draft" in out
+    speed = out[out.index("rows per step"):]
+    assert [line.split()[1] for line in speed.splitlines() if line.split()[1:2] in (["4"], ["2"])] == ["4", "2"]
+    assert "bound" in out and "Why they differ" in out
+    assert "bebop dashboard --runs" in out and "accept length" in out and "--self-draft" in out
     runs = list_runs(tmp_path / "runs")
-    assert sorted(r.path.name for r in runs) == ["mtp-rs-e2e_tv", "no-mtp"]
+    assert sorted(r.path.name for r in runs) == RUN_NAMES
     assert all(r.state == "finished" and r.kind == "rl" for r in runs)
     for info in runs:
         run = load_run(info.path)
         assert list(run.streams["train"]["step"]) == [0, 1, 2]
         spec = "spec/accept_length" in run.streams["train"].columns
-        assert spec == (info.path.name == "mtp-rs-e2e_tv")
+        assert spec == info.path.name.endswith("mtp-rs-e2e_tv")
         assert run.meta["config"]["rollout"] == ("rs" if spec else "none")
+        assert run.meta["config"]["prompts_per_step"] == (2 if info.path.name.startswith("rows4") else 1)
+
+
+def records(steps, *, draft_s, verify_s, accepted):
+    """Train records of one run: 10 engine steps a step, `accepted` drafts accepted per engine step (γ = 3)."""
+    rows = []
+    for step in range(steps):
+        row = {"step": step, "timing_s/step": 1.0, "timing_s/gen": 1.0, "timing_s/update_actor": 0.5,
+               "timing_s/update_mtp": 0.0, "timing_s/overlap": 0.0, "critic/score/mean": 0.5, "actor/entropy": 0.3,
+               "response_length/mean": 10.0, "perf/throughput": 10.0, "engine/num_steps": 10,
+               "engine/draft_s": 10 * draft_s, "engine/verify_s": 10 * verify_s, "engine/advance_s": 0.0}
+        if accepted is not None:
+            row.update({"spec/gamma": 3, "spec/method": "rs", "spec/num_drafts": 10, "spec/num_draft_tokens": 30,
+                        "spec/num_accepted_tokens": 10 * accepted})
+        rows.append(row)
+    return rows
+
+
+def test_the_bound_divides_the_accept_length_by_the_measured_step_cost():
+    plain = records(3, draft_s=0.0, verify_s=0.01, accepted=None)
+    spec = records(3, draft_s=0.004, verify_s=0.02, accepted=2)  # a step costs (0.02 + 0.004) / 0.01 = 2.4 plain
+    result = demo.regime(plain, spec, rows=32)
+    assert result["accept_length"] == pytest.approx(3.0)
+    assert result["verify_cost"] == pytest.approx(2.0)
+    assert result["bound"] == pytest.approx(3.0 / 2.4)
+    no_costs = [{k: v for k, v in r.items() if not k.startswith("engine/")} for r in spec]
+    assert demo.regime(plain, no_costs, rows=32)["bound"] == pytest.approx(3.0)  # the accept length alone
+    both = [result, demo.regime(plain, records(3, draft_s=0.002, verify_s=0.011, accepted=2), rows=4)]
+    assert "2.0 plain steps at 32 rows and 1.1 plain steps at 4 rows" in demo.why_they_differ(both)
 
 
 def test_demo_bad_input(policy_dir, tmp_path):
     with pytest.raises(ValueError, match="unknown task"):
         demo.run(parse("--policy", str(policy_dir), "--task", "chess", "--out", str(tmp_path)))
+    with pytest.raises(ValueError, match="--small-prompts"):
+        demo.run(parse("--policy", str(policy_dir), "--small-prompts", "-1", "--out", str(tmp_path)))
     with pytest.raises(FileNotFoundError):
         demo.run(parse("--policy", str(tmp_path / "nowhere"), "--out", str(tmp_path)))
     assert not any(tmp_path.iterdir())  # nothing written on bad input

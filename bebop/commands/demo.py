@@ -1,14 +1,19 @@
 """`bebop demo`: the paper's end-to-end claim on your laptop, in a few minutes.
 
 On the embedded default policy (or `--policy`: a checkpoint directory or hub id, with `--head` found by the rules
-of `bebop.commands.policy`) it runs the same short GRPO job twice (async, same seed and prompts):
+of `bebop.commands.policy`) it runs the same short GRPO job (async, same seed and prompts) in two regimes, each
+twice:
 
     1. rollouts by plain decoding (no MTP)
     2. rollouts by MTP speculative decoding with rejection sampling, the head (e2e TV by default) kept frozen
 
-then prints what changed: reward and entropy (the same, up to sampling noise: rejection sampling is
-lossless), the accept length of the speculative run, and the step and rollout times, whose ratio is the
-end-to-end speedup. Both runs land under `--out` (default ./runs), so the dashboard shows them:
+once at `--prompts` x `--group` rows per step (32 by default, a usual RL batch) and once at `--small-prompts` x
+`--group` (4: the small effective batch of the long tails of agentic rollouts, where the paper's gain is largest).
+It prints what changed: reward and entropy (the same, up to sampling noise: rejection sampling is lossless), the
+accept length, the step and rollout times, and per regime the measured speedups beside their bound: the accept
+length over the measured cost of a speculative step in plain steps (`bebop.metrics.theoretical_speedup`'s
+arithmetic), or the accept length alone where the runs did not log the engine's step costs. All runs land under
+`--out` (default ./runs), so the dashboard shows them:
 
     bebop dashboard --runs runs
 """
@@ -22,11 +27,17 @@ from pathlib import Path
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
+# Per-step counters of the engine's phases in the trainer's train records (seconds summed over the step's engine
+# steps): the demo's bound divides by them.
+ENGINE_COUNTERS = ("engine/num_steps", "engine/draft_s", "engine/verify_s", "engine/advance_s")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default="math", help=f"one of {list(TASKS)}")
     parser.add_argument("--steps", type=int, default=6, help="RL steps per run")
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step of the large-batch regime")
+    parser.add_argument("--small-prompts", type=int, default=1,
+                        help="prompts per step of the small-batch regime (0: skip it)")
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("runs"), help="runs root the dashboard reads")
@@ -36,11 +47,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None)
 
 
-def demo_config(args: argparse.Namespace) -> RLConfig:
+def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
     overrides = {"threads": args.threads} if args.threads else {}
-    return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=args.prompts, group_size=args.group,
+    return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, mtp="frozen", checkpoint_every=0,
                           samples_per_step=4, **overrides)
+
+
+def step_seconds(records: list[dict]) -> dict[str, float] | None:
+    """Seconds per engine step (draft; verify with the catch-up after it), pooled over the steps after the first;
+    None when the trainer did not log the engine's counters."""
+    timed = records[1:] or records
+    if not all(key in timed[0] for key in ENGINE_COUNTERS):
+        return None
+    total = {key: sum(r[key] for r in timed) for key in ENGINE_COUNTERS}
+    steps = total["engine/num_steps"]
+    return {"draft": total["engine/draft_s"] / steps,
+            "verify": (total["engine/verify_s"] + total["engine/advance_s"]) / steps} if steps else None
+
+
+def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> dict:
+    """One regime's measured speedups and their bound. The bound is the accept length divided by what a speculative
+    step costs in plain steps ((verify + γ drafts) / plain step, both measured by the engine in these runs), or the
+    accept length alone (drafting and verifying as cheap as one plain step) when the costs were not logged."""
+    from bebop.commands.bench.rl import summarize
+
+    plain, spec = summarize(plain_records), summarize(spec_records)
+    out = {"rows": rows, "plain": plain, "spec": spec, "accept_length": spec["accept_length"],
+           "end_to_end": plain["step_s"] / spec["step_s"], "rollout": plain["gen_s"] / spec["gen_s"],
+           "bound": spec["accept_length"], "verify_cost": None}
+    plain_cost, spec_cost = step_seconds(plain_records), step_seconds(spec_records)
+    if plain_cost and spec_cost and plain_cost["verify"] > 0:
+        step_cost = (spec_cost["draft"] + spec_cost["verify"]) / plain_cost["verify"]
+        out.update(bound=spec["accept_length"] / step_cost, verify_cost=spec_cost["verify"] / plain_cost["verify"])
+    return out
 
 
 def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
@@ -57,24 +97,46 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
     ]
 
 
-def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int, head: str) -> None:
+def why_they_differ(regimes: list[dict]) -> str:
+    """One sentence on why the regimes' speedups differ, with the measured verify costs when there are some."""
+    costs = [r for r in regimes if r["verify_cost"] is not None]
+    if len(costs) == len(regimes) > 1:
+        measured = " and ".join(f"{r['verify_cost']:.1f} plain steps at {r['rows']} rows" for r in regimes)
+        return (f"Why they differ: verifying γ+1 tokens per row cost {measured}; the more rows decode together, the "
+                "more compute-bound a CPU step is, so the same accept length buys less (a GPU's memory-bound decode "
+                "keeps verification near one plain step at RL batch sizes).")
+    return ("Why they differ: verifying γ+1 tokens per row costs little more than one plain step when few rows decode "
+            "together, but up to γ+1 plain steps when many do (a CPU is compute-bound there), so the same accept "
+            "length buys less at large batch (a GPU's memory-bound decode keeps verification cheap).")
+
+
+def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + rejection sampling ({head} head, frozen)")
-    table.add_column("")
-    table.add_column("no MTP", justify="right")
-    table.add_column("MTP + RS", justify="right")
-    for row in summary_rows(plain, spec):
-        table.add_row(*row)
     console = Console()
+    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + RS ({head} head, frozen)")
+    table.add_column("")
+    for r in regimes:
+        table.add_column(f"{r['rows']} rows\nno MTP", justify="right")
+        table.add_column(f"{r['rows']} rows\nMTP + RS", justify="right")
+    columns = [summary_rows(r["plain"], r["spec"]) for r in regimes]
+    for lines in zip(*columns):
+        table.add_row(lines[0][0], *(cell for line in lines for cell in line[1:]))
     console.print(table)
-    console.print(f"end-to-end speedup: [bold]{plain['step_s'] / spec['step_s']:.2f}x[/bold]   "
-                  f"rollout speedup: [bold]{plain['gen_s'] / spec['gen_s']:.2f}x[/bold]  "
-                  "(medians after the first step; rewards differ only by sampling noise: RS is lossless)")
-    console.print(f"{rows} rows decode together per step. Speculative decoding gains most where few do (the long tails "
-                  "of agentic rollouts): [bold]bebop demo --prompts 1[/bold] decodes one group; "
-                  "[bold]bebop bench rl --self-draft policy[/bold] measures what a perfect draft head would reach here")
+    speed = Table(title="Speedup of MTP + RS over plain decoding (medians over steps after the first)")
+    for name in ("rows per step", "accept length", "rollout", "end to end", "bound"):
+        speed.add_column(name, justify="right")
+    for r in regimes:
+        speed.add_row(str(r["rows"]), f"{r['accept_length']:.2f}", f"{r['rollout']:.2f}x", f"{r['end_to_end']:.2f}x",
+                      f"{r['bound']:.2f}x")
+    console.print(speed)
+    bound = ("accept length / measured (verify + γ·draft) step cost in plain steps"
+             if all(r["verify_cost"] is not None for r in regimes) else
+             "the accept length: the engine's step costs were not logged, so drafting and verifying count as free")
+    console.print(f"bound: {bound}. Rewards differ only by sampling noise: RS is lossless.")
+    console.print(why_they_differ(regimes))
+    console.print("What a perfect draft head would reach here: [bold]bebop bench rl --self-draft policy[/bold]")
     console.print("runs: " + ", ".join(str(d) for d in dirs))
     # The runs' root (what `bebop dashboard` lists), not app/main.py: that path exists only in a clone.
     console.print(f"where to look: [bold]bebop dashboard --runs {dirs[0].parents[1]}[/bold]  (acceptance vs entropy, "
@@ -82,19 +144,23 @@ def print_summary(plain: dict, spec: dict, dirs: list[Path], rows: int, head: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from bebop.commands.bench.rl import run_once, summarize
+    from bebop.commands.bench.rl import run_once
     from bebop.commands.policy import head_label, load_policy_heads
     from bebop.device import resolve_dtype
 
-    config = demo_config(args)
+    if args.small_prompts < 0 or args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
+    configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
     policy = load_policy_heads(args.policy, [args.head], dtype=resolve_dtype(None, "cpu"))
     label = head_label(args.head)
     root = args.out / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    summaries, dirs = [], []
-    for rollout, head in (("none", None), ("rs", label)):
-        run_dir = root / ("no-mtp" if rollout == "none" else f"mtp-rs-{label}")
-        records = run_once(policy, config.replace(rollout=rollout), head, run_dir)
-        summaries.append(summarize(records))
-        dirs.append(run_dir)
-    print_summary(*summaries, dirs, config.batch_size, label)
+    regimes, dirs = [], []
+    for config in configs:
+        records = []
+        for rollout, head in (("none", None), ("rs", label)):
+            run_dir = root / (f"rows{config.batch_size}-" + ("no-mtp" if rollout == "none" else f"mtp-rs-{label}"))
+            records.append(run_once(policy, config.replace(rollout=rollout), head, run_dir))
+            dirs.append(run_dir)
+        regimes.append(regime(*records, config.batch_size))
+    print_summary(regimes, dirs, label)
     return 0

@@ -1,6 +1,6 @@
 """`bebop eval-mtp`: speculative acceptance of MTP heads by method, temperature and task (PAPER Table 2, §3).
 
-    bebop eval-mtp --heads ce tv e2e_tv --methods to rs --temperatures 0.1 0.4 0.7 1.0 1.3 --tasks math
+    bebop eval-mtp --heads ce tv e2e_tv --methods to rs --temperatures 0.5 1.0 1.5 2.0 --tasks math
 
 For every task and temperature the same held-out prompts are answered by the `Engine` with every
 (head, method) at depth `--gamma` (3), and we measure, from the engine's own counters:
@@ -73,7 +73,8 @@ MIN_FIT_POINTS = 3  # distinct draft entropies (temperatures x tasks) an entropy
 class EvalMTPConfig:
     heads: tuple[str, ...] = ("ce", "e2e_tv")
     methods: tuple[str, ...] = ("to", "rs")
-    temperatures: tuple[float, ...] = (0.1, 0.4, 0.7, 1.0, 1.3)
+    # T = 0.5-2.0 spans 0.2-1.3 nats of this policy's entropy, a range RL runs visit and wide enough to pin a slope
+    temperatures: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
     tasks: tuple[str, ...] = ("math",)
     gamma: int = 3
     num_prompts: int = 64

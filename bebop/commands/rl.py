@@ -20,6 +20,7 @@ from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_pol
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
 def _preset_default(field: str) -> str:
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_prompt_args(parser)
+    add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     check_out(args.out, args.resume)
     check_policy(args.policy)
+    mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     from bebop.data.prompting import dataset_config
     from bebop.data.tasks import parse_tasks
 
@@ -116,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
     trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
                       progress=not args.no_progress, meta_extra={"head": args.head if config.uses_head else None})
+    for mirror in mirrors:
+        trainer.writer.add_mirror(mirror)
     records = trainer.run()
     if records:
         last = records[-1]

@@ -43,6 +43,7 @@ import dataclasses
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,7 @@ from bebop.models.checkpoint import load_head, save_head
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 from bebop.runlog import RunWriter
+from bebop.runlog.mirror import Mirror, add_mirror_arguments, mirrors_from_args
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
 EVAL_GAMMA = 3
@@ -278,13 +280,13 @@ def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
 
 
 def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
-              out: Path | None = None, progress: bool = True) -> MTPHead:
+              out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = ()) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir`; saves (bf16) to `out` when given."""
     torch.set_num_threads(config.threads)
     use_bf16 = resolve_dtype(None if config.autocast == "auto" else config.autocast, "cpu") == torch.bfloat16
     model = model.float().eval().requires_grad_(False)
     tasks = config.tasks[0] if len(config.tasks) == 1 else list(config.tasks)
-    writer = RunWriter(run_dir, config, kind="train-mtp",  # setup keys: docs/runs.md
+    writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors,  # setup keys: docs/runs.md
                        meta_extra={"task": tasks, "rollout": None, "mtp_objective": config.objective,
                                    "mtp_strategy": None, "gamma": config.depth, "mode": None})
     with writer:
@@ -349,6 +351,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for the trained head (save_head)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/train-mtp-<time>)")
     parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
+    add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
@@ -372,10 +375,11 @@ def load_policy(path: str | Path | None):
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     model, tokenizer = load_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data_path=args.data, out=args.out)
+    train_mtp(model, tokenizer, config, run_dir, data_path=args.data, out=args.out, mirrors=mirrors)
     print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {run_dir}"
           + (f"; head: {args.out}" if args.out else ""))
     return 0

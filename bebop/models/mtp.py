@@ -1,4 +1,4 @@
-"""The MTP draft head: one DeepSeek-V3 / Qwen3-Next style block, applied recursively (PAPER.md §1).
+"""The MTP draft head: one DeepSeek-V3 / Qwen3-Next style block, applied recursively (docs/paper.md §1).
 
     x_k = fc([pre_fc_norm_embedding(Emb(y_{t+k})) ; pre_fc_norm_hidden(h_{k-1})])     (2d -> d)
     h_k = norm(layer(x_k))                     one decoder layer with its own KV cache

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bebop.runlog.atomic import atomic_open
+from bebop.runlog.mirror import Mirror
 
 KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo")
 STATES = ("running", "finished", "failed")
@@ -131,6 +132,7 @@ class RunWriter:
         resume: bool = False,
         meta_extra: Mapping[str, Any] | None = None,
         entropy_bin_edges: Iterable[float] | None = None,
+        mirrors: Iterable[Mirror] = (),
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -140,6 +142,7 @@ class RunWriter:
         self._last_step: dict[str, float | None] = {}
         self._closed = False
         self._last_heartbeat = 0.0
+        self._mirrors: list[Mirror] = []
         config_json = to_jsonable(config if config is not None else {}, "config")
         existing = self._prepare_dir(resume)
         meta = read_json(self.path / "meta.json") if existing else {}
@@ -160,6 +163,14 @@ class RunWriter:
         _write_atomic(self.path / "meta.json", meta)
         self._status = read_json(self.path / "status.json") if (self.path / "status.json").exists() else {}
         self.status(state="running", message="", step=self.last_step)
+        for mirror in mirrors:
+            self.add_mirror(mirror)
+
+    def add_mirror(self, mirror: Mirror) -> None:
+        """Copy every record logged from now on to `mirror` as well (`bebop.runlog.mirror`: TensorBoard, W&B)."""
+        self._check_open()
+        mirror.open(self.path, self.meta)
+        self._mirrors.append(mirror)
 
     def _prepare_dir(self, resume: bool) -> bool:
         """Create or check the run dir; returns True when an existing run is being resumed."""
@@ -214,6 +225,8 @@ class RunWriter:
             data = data[os.write(fd, data) :]
         if step is not None:
             self._last_step[stream] = step
+        for mirror in self._mirrors:
+            mirror.log(stream, record)
         now = time.time()
         if now - self._last_heartbeat >= HEARTBEAT_EVERY_S:
             self.status(**({"step": self.last_step} if self.last_step is not None else {}))
@@ -276,6 +289,8 @@ class RunWriter:
         self._fds.clear()
         self.status(**fields)
         self._closed = True
+        for mirror in self._mirrors:
+            mirror.close(state)
 
     def _check_open(self) -> None:
         if self._closed:

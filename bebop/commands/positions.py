@@ -1,0 +1,43 @@
+"""The target and draft distributions at every position the policy wrote: what notebooks 01 and 02 inspect.
+
+The policy answers the examples by plain decoding at `temperature`; the answers are then run through the policy once
+more, teacher forced, to read at each position t whose next token the policy wrote (its input token t and its
+drafted token t + 1 both policy-written, `anchor_mask`) the target p (the backbone's next-token distribution,
+aligned by `chain_targets`) and each head's first draft step q (`MTPHead.chain`), both at `temperature`. From those,
+α_TO = p(argmax q) and α_RS = 1 − d_TV(p, q) are exact expectations, not Monte Carlo estimates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from bebop.commands.train_mtp import anchor_mask
+from bebop.data.batches import pad
+from bebop.data.completions import complete
+from bebop.engine import Engine
+from bebop.engine.rollout import GenerationConfig
+from bebop.models.mtp import MTPHead, chain_targets
+from bebop.models.transformer import Transformer
+from bebop.sampling import probs_from_logits
+
+
+@torch.no_grad()
+def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead], task, examples: Sequence, *,
+                     temperature: float, max_new_tokens: int, seed: int = 0
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """p [N, V] and {head: q [N, V]} at the N positions whose next token the policy wrote (module docstring)."""
+    gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, gamma=0, seed=seed)
+    completions, _ = complete(Engine(model), tokenizer, task, examples, gen)
+    prompts = [tokenizer.encode(e.prompt) for e in examples]
+    tokens, lengths = pad([p + c.tokens for p, c in zip(prompts, completions)], 0)  # [B, T]
+    written, _ = pad([[0] * len(p) + [int(w) for w in c.policy] for p, c in zip(prompts, completions)], 0)  # [B, T]
+    mask = anchor_mask(written.bool(), lengths, 1)  # [B, T]: the drafted token and its input are the policy's
+    logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
+    target_logits, _, _ = chain_targets(logits, tokens, 1)  # [B, T, 1, V]
+    p = probs_from_logits(target_logits[mask][:, 0], temperature)  # [N, V]
+    qs = {name: probs_from_logits(head.chain(model, hidden, tokens, 1)[mask][:, 0], temperature)  # [N, V]
+          for name, head in heads.items()}
+    assert all(q.shape == p.shape for q in qs.values()), "a head's vocabulary differs from the policy's"
+    return p, qs
