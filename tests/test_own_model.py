@@ -82,3 +82,25 @@ def test_planted_completions_ending_in_the_real_eos_are_scored_right(policy):
     example = math.sample(1, seed=0)[0]
     assert math.reward(example, _planted(tokenizer, math, f"answer: {example.answer}")) == 1.0
     assert math.reward(example, _planted(tokenizer, math, f"answer: {example.answer + 1}")) == 0.0
+
+
+@pytest.mark.parametrize("break_it, message", [
+    ("tokenizer", "has no tokenizer"),
+    ("family", "model_type='gpt2'"),
+    ("key", "has no prompt column 'problem'"),
+])
+def test_misuse_of_a_users_model_is_one_line_and_exit_2(policy, tmp_path, capsys, break_it, message):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "model.safetensors", *(() if break_it == "tokenizer" else
+                                                        ("tokenizer.json", "tokenizer_config.json"))):
+        (broken / name).write_bytes((policy / name).read_bytes())
+    if break_it == "family":
+        config = json.loads((broken / "config.json").read_text())
+        (broken / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    args = ["eval-mtp", "--policy", str(broken), "--heads", "embedded", "--tasks", DATA, "--num-prompts", "1"]
+    if break_it == "key":
+        args += ["--prompt-key", "problem"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err

@@ -85,8 +85,9 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
     where = check_policy(policy)
     # a hub id becomes its snapshot once (downloaded, or from the cache offline); model, tokenizer and heads/ read it
     root = where if isinstance(where, Path) else resolve_checkpoint_dir(where)
+    tokenizer = load_tokenizer(root)  # first: a missing tokenizer is found before the weights load
     model, stored = load_pretrained(root, dtype=dtype)
-    return model, load_tokenizer(root), root, stored
+    return model, tokenizer, root, stored
 
 
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,

@@ -249,6 +249,9 @@ class HFTokenizer(_Lookup):
 Tokenizer = CharTokenizer | HFTokenizer
 
 
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def is_char_tokenizer(path: str | Path) -> bool:
     config = Path(path) / _CONFIG_FILE
     if not config.is_file() or not (Path(path) / _TOKENIZER_FILE).is_file():
@@ -261,4 +264,14 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer directory {path} does not exist")
-    return CharTokenizer.load(path) if is_char_tokenizer(path) else HFTokenizer.load(path)
+    if is_char_tokenizer(path):
+        return CharTokenizer.load(path)
+    # Without its files AutoTokenizer may still build something from config.json that encodes text to nothing.
+    if not any((path / name).is_file() for name in HF_TOKENIZER_FILES):
+        raise FileNotFoundError(f"{path} has no tokenizer (none of {', '.join(HF_TOKENIZER_FILES)}): save it beside "
+                                "the weights, e.g. AutoTokenizer.from_pretrained(ID).save_pretrained(DIR)")
+    try:
+        return HFTokenizer.load(path)
+    except (OSError, ValueError) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{path}: transformers could not load its tokenizer: {reason}") from None
