@@ -143,7 +143,7 @@ def test_demo_takes_any_policy_and_head(policies, tmp_path, capsys):
                               "--group", "2", "--max-new-tokens", "8", "--out", str(tmp_path), "--threads", "1"])
     assert demo.run(args) == 0
     assert f"({EMBEDDED} head, frozen)" in capsys.readouterr().out
-    assert sorted(p.name for p in next(tmp_path.iterdir()).iterdir()) == [f"mtp-rs-{EMBEDDED}", "no-mtp"]
+    assert sorted(p.name for p in next(tmp_path.iterdir()).iterdir()) == [f"rows2-mtp-rs-{EMBEDDED}", "rows2-no-mtp"]
 
 
 @pytest.mark.parametrize("command", [["rl", "--steps", "1"], ["eval-mtp"], ["demo"], ["bench", "rl"]])
