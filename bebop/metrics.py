@@ -235,6 +235,22 @@ def rate_difference_interval(k1: float, n1: float, k2: float, n2: float, z: floa
 
 
 # ---- Pooled rates --------------------------------------------------------------------------------------
+ENGINE_COUNTERS = ("engine/num_steps", "engine/draft_s", "engine/verify_s", "engine/advance_s")
+
+
+def engine_step_costs(counters: Mapping) -> dict[str, float] | None:
+    """Seconds per engine step from the engine's summed `engine/*` counters (a rollout's stats, or a run's records
+    summed): {"num_steps", "draft_s" (the γ draft steps), "verify_s" (the target forward and the catch-up after it:
+    all a plain decode step does)}. None when the counters are missing or no step ran."""
+    if not all(key in counters for key in ENGINE_COUNTERS):
+        return None
+    steps = float(counters["engine/num_steps"])
+    if steps <= 0:
+        return None
+    return {"num_steps": steps, "draft_s": float(counters["engine/draft_s"]) / steps,
+            "verify_s": float(counters["engine/verify_s"] + counters["engine/advance_s"]) / steps}
+
+
 def pool(records: Iterable[Mapping]) -> dict[str, float | int | str]:
     """Sum the speculative counters of many records (steps, rollouts, workers) into one counter dict.
 

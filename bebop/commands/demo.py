@@ -29,7 +29,6 @@ from bebop.rl.config import TASKS, RLConfig
 
 # Per-step counters of the engine's phases in the trainer's train records (seconds summed over the step's engine
 # steps): the demo's bound divides by them.
-ENGINE_COUNTERS = ("engine/num_steps", "engine/draft_s", "engine/verify_s", "engine/advance_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,13 +56,13 @@ def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
 def step_seconds(records: list[dict]) -> dict[str, float] | None:
     """Seconds per engine step (draft; verify with the catch-up after it), pooled over the steps after the first;
     None when the trainer did not log the engine's counters."""
+    from bebop.metrics import ENGINE_COUNTERS, engine_step_costs
+
     timed = records[1:] or records
     if not all(key in timed[0] for key in ENGINE_COUNTERS):
         return None
-    total = {key: sum(r[key] for r in timed) for key in ENGINE_COUNTERS}
-    steps = total["engine/num_steps"]
-    return {"draft": total["engine/draft_s"] / steps,
-            "verify": (total["engine/verify_s"] + total["engine/advance_s"]) / steps} if steps else None
+    costs = engine_step_costs({key: sum(r[key] for r in timed) for key in ENGINE_COUNTERS})
+    return None if costs is None else {"draft": costs["draft_s"], "verify": costs["verify_s"]}
 
 
 def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> dict:

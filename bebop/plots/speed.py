@@ -13,7 +13,6 @@ from bebop import metrics
 from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _colors, _layout, _runs, has_spec, pooled
 
 # The engine's decode-loop counters (bebop.engine.generate: seconds summed over the rollout, and its verify steps).
-ENGINE_COUNTERS = ("engine/num_steps", "engine/draft_s", "engine/verify_s", "engine/advance_s")
 SPEEDUP_COLUMNS = ["run", "accept_length", "measured_end_to_end", "measured_rollout", "theoretical", "draft_cost",
                    "verify_cost", "costs"]
 
@@ -68,19 +67,11 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
 
 
 def step_costs(train: pd.DataFrame) -> dict[str, float] | None:
-    """Measured seconds per verify step of the engine, pooled over the run: {draft_s, verify_s, num_steps}.
-
-    verify_s holds the target forward and the catch-up after it (everything a plain decode step also does),
-    draft_s the γ draft steps. None when the run did not log the engine's counters.
-    """
-    if not set(ENGINE_COUNTERS) <= set(train.columns):
+    """Measured seconds per verify step of the engine, pooled over the run (`metrics.engine_step_costs`); None when
+    the run did not log the engine's counters."""
+    if not set(metrics.ENGINE_COUNTERS) <= set(train.columns):
         return None
-    total = train[list(ENGINE_COUNTERS)].sum()
-    steps = float(total["engine/num_steps"])
-    if steps <= 0:
-        return None
-    return {"num_steps": steps, "draft_s": float(total["engine/draft_s"]) / steps,
-            "verify_s": float(total["engine/verify_s"] + total["engine/advance_s"]) / steps}
+    return metrics.engine_step_costs(train[list(metrics.ENGINE_COUNTERS)].sum().to_dict())
 
 
 def _bound(train: pd.DataFrame, plain_step_s: float | None, draft_cost: float | None,
