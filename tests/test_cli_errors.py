@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import one_error_line
 from rich.console import Console
 
 from bebop.cli import main
@@ -23,14 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _no_load(*args, **kwargs):
     raise AssertionError("a model was loaded before the arguments were checked")
-
-
-def _one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("bebop: error: ")
-    return lines[0]
 
 
 def _snapshot(path: Path) -> dict:
@@ -58,7 +51,7 @@ def old_run(tmp_path) -> Path:
 def test_rl_refuses_a_non_empty_out_in_one_line_naming_resume(old_run, no_rl_model, capsys):
     before = _snapshot(old_run)
     assert main(["rl", "--out", str(old_run)]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "--resume" in line and str(old_run) in line
     assert _snapshot(old_run) == before
 
@@ -82,7 +75,7 @@ def test_rl_refuses_a_non_empty_out_from_a_real_process(old_run):
 ])
 def test_rl_refuses_bad_values_before_loading(tmp_path, no_rl_model, capsys, argv, names):
     assert main(["rl", "--out", str(tmp_path / "new")] + argv) == 2
-    assert names in _one_error_line(capsys)
+    assert names in one_error_line(capsys)
     assert not (tmp_path / "new").exists()
 
 
@@ -102,7 +95,7 @@ def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
 
     monkeypatch.setattr(engine, "bench_model", _no_load)
     assert main(["bench", "engine", "--no-hf", "--no-compile"] + argv) == 2
-    assert flag in _one_error_line(capsys)
+    assert flag in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -120,13 +113,13 @@ def test_bench_rl_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
 
     monkeypatch.setattr(bebop.commands.policy, "load_policy_heads", _no_load)
     assert main(["bench", "rl"] + argv) == 2
-    assert flag in _one_error_line(capsys)
+    assert flag in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("argv, flag", [(["--repeats", "0"], "--repeats"), (["--tile", "0"], "--tile")])
 def test_bench_losses_checks_its_numbers_first(capsys, argv, flag):
     assert main(["bench", "losses", "--device", "cpu", "--vocab", "8"] + argv) == 2
-    assert flag in _one_error_line(capsys)
+    assert flag in one_error_line(capsys)
 
 
 # ---------------------------------------------------------- issue 18: a typed --policy path that does not exist
@@ -138,7 +131,7 @@ def test_a_missing_policy_directory_is_one_line_before_loading(monkeypatch, tmp_
     monkeypatch.setattr(bebop.models.checkpoint, "load_pretrained", _no_load)
     argv = [a.format(tmp=tmp_path) for a in command] + ["--policy", str(tmp_path / "nowhere")]
     assert main(argv) == 2
-    assert f"--policy {tmp_path / 'nowhere'}: no such directory" in _one_error_line(capsys)
+    assert f"--policy {tmp_path / 'nowhere'}: no such directory" in one_error_line(capsys)
     assert not any(tmp_path.iterdir())
 
 

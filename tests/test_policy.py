@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_checks import one_error_line
 
 from bebop.cli import main
 from bebop.commands import demo
@@ -57,14 +58,6 @@ def policies(tmp_path_factory) -> dict:
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
-
-
-def _one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("bebop: error: ")
-    return lines[0]
 
 
 def test_a_policy_is_the_default_a_directory_or_a_hub_id(policies, tmp_path):
@@ -152,9 +145,9 @@ def test_misused_heads_are_one_line_on_every_job(policies, tmp_path, capsys, com
     out = ["--out", str(tmp_path / "run")] if command[0] in ("rl", "demo") else []
     base = command + out + ["--policy", str(policies["full"]), flag]
     assert main(base + ["nope"]) == 2
-    assert "['x']" in _one_error_line(capsys)
+    assert "['x']" in one_error_line(capsys)
     assert main(base + [str(policies["root"] / "wide")]) == 2
-    assert "hidden_size 48 (head) != 32 (policy)" in _one_error_line(capsys)
+    assert "hidden_size 48 (head) != 32 (policy)" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
@@ -196,7 +189,7 @@ def test_bench_engine_checks_the_head_before_timing_anything(policies, monkeypat
 
     monkeypatch.setattr(engine, "bench_model", no_timing)
     assert main(["bench", "engine", "--models", "tiny", "--policy", str(policies["full"]), "--head", "nope"]) == 2
-    assert "['x']" in _one_error_line(capsys)
+    assert "['x']" in one_error_line(capsys)
 
 
 def test_rl_runs_with_the_embedded_head_of_a_random_policy(policies, tmp_path):

@@ -49,7 +49,7 @@ from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.commands.train_mtp import anchor_mask
 from bebop.data.batches import pad
 from bebop.data.completions import Completion, complete
-from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
 from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
@@ -70,7 +70,7 @@ MIN_FIT_POINTS = 3  # distinct draft entropies (temperatures x tasks) an entropy
 
 
 @dataclass(frozen=True)
-class EvalMTPConfig:
+class EvalMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
     heads: tuple[str, ...] = ("ce", "e2e_tv")
     methods: tuple[str, ...] = ("to", "rs")
     # T = 0.5-2.0 spans 0.2-1.3 nats of this policy's entropy, a range RL runs visit and wide enough to pin a slope
@@ -82,10 +82,6 @@ class EvalMTPConfig:
     seed: int = 0
     dtype: str = "auto"
     threads: int = 1
-    prompt_key: str = PROMPT_KEY  # a dataset task's columns, and how prompts are laid out (bebop.data.prompt_options)
-    answer_key: str = ANSWER_KEY
-    chat_template: str = "auto"
-    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         check_prompt_fields(self)

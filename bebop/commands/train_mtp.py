@@ -54,7 +54,7 @@ from bebop.commands import policy
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.batches import pad
 from bebop.data.completions import complete
-from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids, vocab_limit
 from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
@@ -72,7 +72,7 @@ EVAL_GAMMA = 3
 
 
 @dataclass(frozen=True)
-class TrainMTPConfig:
+class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
     objective: str = "e2e_tv"
     depth: int = 5
     temperature: float = 1.0
@@ -92,10 +92,6 @@ class TrainMTPConfig:
     seed: int = 0
     autocast: str = "auto"
     threads: int = 1
-    prompt_key: str = PROMPT_KEY  # a dataset task's columns, and how prompts are laid out (bebop.data.prompt_options)
-    answer_key: str = ANSWER_KEY
-    chat_template: str = "auto"
-    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

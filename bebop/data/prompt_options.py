@@ -1,4 +1,4 @@
-"""The prompt options every job config carries (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`), checked in one place.
+"""`PromptOptions`: the prompt options every job config inherits (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`).
 
     prompt_key, answer_key     the columns a dataset task is read with (`bebop.data.tasks.DatasetConfig`)
     chat_template              "on" | "off" | "auto": prompts as a chat user turn (auto: when the tokenizer has one)
@@ -9,8 +9,21 @@ Torch-free, so the configs (and the CLIs' help) import it without loading a mode
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 CHAT_MODES = ("on", "off", "auto")  # --chat-template: auto is on when the tokenizer has a template
 PROMPT_KEY, ANSWER_KEY = "question", "answer"  # GSM8K's column names
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """The four fields, flat in each job config (so its config.json and a resumed run's config keep them). A
+    subclass's `__post_init__` calls `check_prompt_fields(self)`."""
+
+    prompt_key: str = PROMPT_KEY
+    answer_key: str = ANSWER_KEY
+    chat_template: str = "auto"
+    system_prompt: str | None = None
 
 
 def check_prompt_fields(config) -> None:

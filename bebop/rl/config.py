@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY, check_prompt_fields
+from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 
 TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")
@@ -23,7 +23,7 @@ PRESETS = ("quick", "full")
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
     task: str = "math"
     rollout: str = "rs"
     mtp: str = "frozen"
@@ -49,10 +49,6 @@ class RLConfig:
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
     micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
-    prompt_key: str = PROMPT_KEY  # a dataset task's columns (bebop.data.prompt_options)
-    answer_key: str = ANSWER_KEY
-    chat_template: str = "auto"  # "on" | "off" | "auto": prompts as a chat user turn (auto: when the tokenizer has one)
-    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)]

@@ -108,10 +108,7 @@ class Task(ABC):
 
     def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
         """n examples; the stream for a seed is fixed, so sample(k, s) is a prefix of sample(n, s) for k < n."""
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        if level is not None and level not in self.levels:
-            raise ValueError(f"level must be one of {self.levels} or None, got {level!r}")
+        self._check_sample(n, level)
         rng = Rng.from_seed(seed)
         return [self._example(rng, level if level is not None else rng.choice(self.levels)) for _ in range(n)]
 
@@ -133,6 +130,13 @@ class Task(ABC):
         if len(examples) != len(completions):
             raise ValueError(f"got {len(examples)} examples but {len(completions)} completions")
         return [self.reward(e, c) for e, c in zip(examples, completions)]
+
+    def _check_sample(self, n: int, level: int | None) -> None:
+        """The arguments of `sample`, checked the same way by every task (built-in or dataset)."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+        if level is not None and level not in self.levels:
+            raise ValueError(f"level must be one of {self.levels} or None, got {level!r}")
 
     def _check(self, example: Example) -> None:
         if not isinstance(example, Example) or example.task != self.name:

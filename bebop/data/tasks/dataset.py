@@ -122,10 +122,7 @@ class DatasetTask(Task):
 
     def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
         """n rows from the seeded stream of shuffled passes (see the module docstring)."""
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        if level is not None and level not in self.levels:
-            raise ValueError(f"level must be one of {self.levels} or None, got {level!r}")
+        self._check_sample(n, level)
         rng = Rng.from_seed(seed)
         order: list[int] = []
         while len(order) < n:
