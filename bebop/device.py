@@ -72,8 +72,8 @@ def default_device() -> torch.device:
 
 def default_dtype(device: torch.device | str | None = None) -> torch.dtype:
     device = torch.device(device) if device is not None else default_device()
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cuda":  # fp16 would need loss scaling in every trainer: GPUs without bf16 run fp32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
@@ -86,3 +86,35 @@ def resolve_dtype(name: str | torch.dtype | None, device: torch.device | str | N
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {name!r}")
     return DTYPES[name]
+
+
+def check_device_name(name: str) -> str:
+    """`name` if it is "auto", "cpu", "cuda" or "cuda:N"; ValueError otherwise (no CUDA needed to check the form)."""
+    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda") or
+                                         (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
+    return name
+
+
+def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
+    """The device a job runs on. "auto" / None: CUDA when present (under torchrun, this rank's LOCAL_RANK GPU),
+    else the CPU. "cuda" likewise picks LOCAL_RANK's GPU. A CUDA device this machine lacks is one ValueError line,
+    raised before anything loads."""
+    if isinstance(name, torch.device):
+        name = str(name)
+    name = check_device_name("auto" if name is None else name)
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine (torch {torch.__version__}, "
+                         f"built {'with' if torch.version.cuda else 'without'} CUDA); use --device cpu or auto")
+    index = int(name[5:]) if name.startswith("cuda:") else int(os.environ.get("LOCAL_RANK", "0"))
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype):
+    """Mixed precision on `device`'s type: float32 master weights, matmuls in `dtype` (off when it is float32)."""
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32)
