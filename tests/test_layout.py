@@ -25,7 +25,7 @@ FLOORS = {
     "bebop.plots": 1,
     "bebop.engine": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.data.prompting": 2,
     "bebop.data.completions": 3,
-    "bebop.rl": 4,
+    "bebop.rl": 4, "bebop.headtrain": 4,
     "bebop.commands": 5,
     "bebop.app": 6, "bebop.cli": 6, "bebop.__main__": 6,
 }

@@ -46,7 +46,6 @@ from rich.table import Table
 
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.commands.train_mtp import anchor_mask
 from bebop.data.batches import pad
 from bebop.data.completions import Completion, complete
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
@@ -55,6 +54,7 @@ from bebop.data.tasks import parse_tasks, task_for
 from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
+from bebop.headtrain.data import anchor_mask
 from bebop.losses import acceptance_alpha
 from bebop.metrics import derive, fit_entropy_law, rate_difference_interval, rate_interval
 from bebop.models.mtp import MTPHead, chain_targets

@@ -31,8 +31,10 @@ from pathlib import Path
 import torch
 
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
-from bebop.commands.train_mtp import TrainMTPConfig, anchor_mask, lm_head_weight, new_head, train_step
 from bebop.device import resolve_dtype
+from bebop.headtrain.config import TrainMTPConfig
+from bebop.headtrain.data import anchor_mask
+from bebop.headtrain.step import lm_head_weight, new_head, train_step
 from bebop.losses import OBJECTIVES, acceptance_alpha, draft_loss
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import chain_targets

@@ -1,0 +1,62 @@
+"""`TrainMTPConfig`: one pre-RL head training run (bebop.commands.train_mtp), validated up front."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bebop.data.prompt_options import PromptOptions, check_prompt_fields
+from bebop.data.prompting import dataset_config
+from bebop.data.tasks import parse_tasks
+from bebop.losses import OBJECTIVES
+
+
+@dataclass(frozen=True)
+class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
+    objective: str = "e2e_tv"
+    depth: int = 5
+    temperature: float = 1.0
+    tasks: tuple[str, ...] = ("math", "code", "agent")
+    num_sequences: int = 480  # self-generated sequences (per run, all tasks together)
+    max_new_tokens: int = 240
+    heldout_fraction: float = 0.1
+    steps: int = 250
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup_frac: float = 0.03
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    init_from_backbone: bool = True
+    init_head: str | None = None  # a head directory (save_head) to adapt instead of starting fresh
+    seed: int = 0
+    autocast: str = "auto"
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
+        check_prompt_fields(self)
+        parse_tasks(self.tasks, dataset_config(self))
+        for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < math.inf):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if not 0 < self.heldout_fraction < 1 or not 0 <= self.warmup_frac < 1:
+            raise ValueError("heldout_fraction must be in (0, 1) and warmup_frac in [0, 1)")
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError(f"lr and grad_clip must be > 0, got lr={self.lr}, grad_clip={self.grad_clip}")
+        if self.autocast not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
+
+    @classmethod
+    def tiny(cls, objective: str = "e2e_tv") -> TrainMTPConfig:
+        return cls(objective=objective, depth=3, tasks=("math",), num_sequences=8, max_new_tokens=24, steps=4,
+                   batch_size=4, eval_every=2, heldout_fraction=0.25)
+
+    def data_key(self) -> dict:
+        """The settings that fix the self-generated data (a --data cache must match them and the policy)."""
+        names = ("temperature", "tasks", "num_sequences", "max_new_tokens", "seed", "prompt_key", "answer_key",
+                 "chat_template", "system_prompt")
+        return {k: getattr(self, k) for k in names}

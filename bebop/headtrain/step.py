@@ -1,0 +1,84 @@
+"""One optimiser step of the draft loss on a cached batch, the held-out evaluation, and the head to train."""
+
+from __future__ import annotations
+
+import torch
+
+from bebop.headtrain.config import TrainMTPConfig
+from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden, expected_accepted
+from bebop.models.checkpoint import load_head
+from bebop.models.mtp import MTPHead, chain_targets
+from bebop.models.transformer import Transformer
+
+EVAL_GAMMA = 3
+
+
+def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) -> torch.Tensor:
+    """The frozen LM head [V, d] in the compute dtype, cast once per run (under autocast every matmul would
+    cast the [V, d] weight again). `rows` keeps the tokenizer's ids only: padding rows are never sampled
+    (`bebop.data.prompting.vocab_limit`), so target and draft are the distributions over the rest."""
+    return model.lm_head.weight.detach()[:rows].to(torch.bfloat16 if use_bf16 else torch.float32)
+
+
+def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool):
+    """(draft_hidden [B, T, depth, d], target_hidden [B, T, depth, d], labels [B, T, depth], mask [B, T])."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+        draft = head.chain_hidden(model, batch["hidden"], batch["tokens"], depth)
+    # chain_targets aligns any per-position tensor: here the backbone hidden states behind the target logits.
+    target, labels, _ = chain_targets(batch["hidden"], batch["tokens"], depth)
+    return draft, target, labels, batch["mask"]
+
+
+def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig, use_bf16: bool,
+               weight: torch.Tensor) -> tuple[float, float, float]:
+    """One AdamW step of the draft loss through the LM head `weight` [V, d] (`lm_head_weight`); returns (loss,
+    mean d_TV over the trained (anchor, step), the gradient norm before clipping)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    draft, target, labels, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
+    loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
+                                  temperature=config.temperature)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping
+    optimizer.step()
+    with torch.no_grad():
+        alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
+                                             temperature=config.temperature)  # [M, depth]
+    return float(loss.detach()), float(1.0 - alpha.mean()), float(grad_norm)
+
+
+@torch.no_grad()
+def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16: bool,
+             weight: torch.Tensor) -> dict[str, float]:
+    """Held-out d_TV per draft step and the teacher-forced RS accept length at γ = 3."""
+    alphas = []
+    for batch in batches:
+        draft, target, _, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
+        alphas.append(acceptance_alpha_from_hidden(draft, target, weight, mask=mask,
+                                                   temperature=config.temperature))  # [M, depth]
+    alpha = torch.cat(alphas)  # [N, depth]
+    out = {"mtp/eval/d_tv_mean": float(1 - alpha.mean())}
+    out.update({f"mtp/eval/d_tv_pos/{k}": float(1 - alpha[:, k].mean()) for k in range(config.depth)})
+    gamma = min(EVAL_GAMMA, config.depth)
+    out["mtp/eval/accept_length_tf"] = float(1 + expected_accepted(alpha[:, :gamma]).mean())
+    return out
+
+
+def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
+    """The head to train: a copy of `init_head` (adaptation), else fresh (layer copied from the backbone)."""
+    if config.init_head is not None:
+        head = load_head(config.init_head, model.config, dtype=torch.float32)
+        head.trained_depth, head.objective = config.depth, config.objective
+        return head.train()
+    torch.manual_seed(config.seed)  # the head's initialisation only
+    head = MTPHead(model.config, trained_depth=config.depth, objective=config.objective)
+    if config.init_from_backbone:
+        head.layers[0].load_state_dict(model.model.layers[-1].state_dict())
+    return head.float().train()
+
+
+def bf16_copy(head: MTPHead, model: Transformer) -> MTPHead:
+    copy = MTPHead(model.config, trained_depth=head.trained_depth, objective=head.objective)
+    copy.load_state_dict(head.state_dict())
+    return copy.to(torch.bfloat16)
