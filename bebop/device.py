@@ -118,3 +118,10 @@ def autocast(device: torch.device | str, dtype: torch.dtype):
     """Mixed precision on `device`'s type: float32 master weights, matmuls in `dtype` (off when it is float32)."""
     device_type = torch.device(device).type
     return torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host tensor on `device`; to CUDA through pinned memory, so the copy does not stall the host."""
+    if torch.device(device).type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from bebop.cli import main
 
@@ -41,7 +42,8 @@ def test_one_run_writes_both_variants(tmp_path, capsys):
     (["--vocab", "0"], "--vocab must be >= 1"),
     (["--seq-len", "8", "--prompt-len", "4", "--depth", "5"], "--seq-len 8 leaves no anchor"),
     (["--objective", "mse"], "--objective 'mse' is not one of"),
-    (["--autocast", "fp16"], "--autocast must be"),
+    pytest.param(["--device", "cuda"], "CUDA is not available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     (["--hidden-size", "7"], "--hidden-size must be an even number"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, match, capsys):

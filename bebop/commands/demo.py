@@ -24,6 +24,7 @@ import argparse
 import time
 from pathlib import Path
 
+from bebop.commands.device_args import add_device_args
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
@@ -43,14 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per phase (default: half the cores)")
+    add_device_args(parser, dtype_help="the rollouts' dtype and the update's autocast dtype")
 
 
 def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
     overrides = {"threads": args.threads} if args.threads else {}
     return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, mtp="frozen", checkpoint_every=0,
-                          samples_per_step=4, **overrides)
+                          samples_per_step=4, device=args.device, gen_dtype=args.dtype, **overrides)
 
 
 def step_seconds(records: list[dict]) -> dict[str, float] | None:
@@ -144,13 +146,14 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bebop.commands.bench.rl import run_once
+    from bebop.commands.device_args import device_and_dtype
     from bebop.commands.policy import head_label, load_policy_heads
-    from bebop.device import resolve_dtype
 
     if args.small_prompts < 0 or args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
-    policy = load_policy_heads(args.policy, [args.head], dtype=resolve_dtype(None, "cpu"))
+    device, dtype = device_and_dtype(args)  # --device cuda without CUDA fails here, before the policy loads
+    policy = load_policy_heads(args.policy, [args.head], dtype=dtype, device=device)
     label = head_label(args.head)
     root = args.out / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     regimes, dirs = [], []

@@ -18,12 +18,16 @@ from bebop.device import check_device_name, resolve_device, resolve_dtype
 DTYPE_NAMES = ("auto", "bf16", "fp32")
 
 
-def add_device_args(parser: argparse.ArgumentParser, *, dtype_help: str = "the compute dtype") -> None:
+def add_device_args(parser: argparse.ArgumentParser, *, dtype_help: str = "the compute dtype",
+                    dtype_aliases: tuple[str, ...] = (), dtype_default: str | None = "auto") -> None:
+    """`--device` and `--dtype` (also spelled as `dtype_aliases`, a command's older name for it). `dtype_default`
+    None leaves it to the command (a preset's value)."""
     parser.add_argument("--device", default="auto", type=_device_name,
                         help="auto | cpu | cuda | cuda:N; auto = CUDA when present, else the CPU (default: %(default)s)")
-    parser.add_argument("--dtype", default="auto", choices=DTYPE_NAMES,
+    default = "%(default)s" if dtype_default is not None else "the preset's"
+    parser.add_argument("--dtype", *dtype_aliases, dest="dtype", default=dtype_default, choices=DTYPE_NAMES,
                         help=f"{dtype_help}: auto = bf16 on CUDA and on CPUs with native bf16, else fp32 "
-                             "(default: %(default)s)")
+                             f"(default: {default})")
 
 
 def _device_name(value: str) -> str:

@@ -44,6 +44,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from bebop.commands.device_args import add_device_args
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.batches import pad
@@ -51,7 +52,7 @@ from bebop.data.completions import Completion, complete
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
 from bebop.data.tasks import parse_tasks, task_for
-from bebop.device import resolve_dtype
+from bebop.device import check_device_name, resolve_device, resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.headtrain.data import anchor_mask
@@ -82,9 +83,11 @@ class EvalMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, 
     seed: int = 0
     dtype: str = "auto"
     threads: int = 1
+    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
 
     def __post_init__(self) -> None:
         check_prompt_fields(self)
+        check_device_name(self.device)
         parse_tasks(self.tasks, dataset_config(self))
         if not self.heads:
             raise ValueError("heads is empty: name at least one head")
@@ -135,7 +138,8 @@ def teacher_forced_dtv(model: Transformer, head: MTPHead, prompts: list[list[int
         mask = anchor_mask(trainable.bool(), lengths, gamma)  # [B, T]
         if not bool(mask.any()):
             continue
-        logits, hidden = model(tokens.to(model.lm_head.weight.device))  # [B, T, V], [B, T, d]
+        tokens, mask = tokens.to(model.lm_head.weight.device), mask.to(model.lm_head.weight.device)
+        logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
         draft = head.chain(model, hidden, tokens, gamma)  # [B, T, γ, V]
         target, _, _ = chain_targets(logits, tokens, gamma)
         alphas.append(acceptance_alpha(draft.float(), target.float(), temperature)[mask])  # [M, γ]
@@ -350,9 +354,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-prompts", type=int, default=d.num_prompts)
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--dtype", default=d.dtype, help="auto | fp32 | bf16")
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
+    add_device_args(parser, dtype_help="the policy's and heads' dtype")
 
 
 def setup_keys(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
@@ -370,9 +374,10 @@ def run(args: argparse.Namespace) -> int:
     config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                           dtype=args.dtype, threads=args.threads, **prompt_fields(args))
+                           dtype=args.dtype, threads=args.threads, device=args.device, **prompt_fields(args))
+    device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     torch.set_num_threads(config.threads)
-    policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, "cpu"))
+    policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
     model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},

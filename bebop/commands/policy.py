@@ -58,22 +58,24 @@ def check_policy(policy: str | os.PathLike | None) -> Path | str:
     return str(policy)
 
 
-def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dtype: torch.dtype | None = None
-                ) -> tuple[Transformer, Tokenizer, MTPHead | None]:
+def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dtype: torch.dtype | None = None,
+                device: torch.device | str | None = None) -> tuple[Transformer, Tokenizer, MTPHead | None]:
     """(model, tokenizer, head or None) from `policy` (see the module docstring; None: the embedded default) and the
-    head spec `head` (None: no head). `dtype` None keeps each file's stored dtype."""
+    head spec `head` (None: no head), on `device` (None: the CPU). `dtype` None keeps each file's stored dtype."""
     model, tokenizer, root, stored = _load(policy, dtype)
-    return model, tokenizer, None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
+    chosen = None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
+    return model.to(device), tokenizer, None if chosen is None else chosen.to(device)
 
 
-def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str], *, dtype: torch.dtype | None = None
-                      ) -> Default:
-    """The policy with the heads `specs` name, labelled as `resolve_heads` labels them."""
+def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str], *, dtype: torch.dtype | None = None,
+                      device: torch.device | str | None = None) -> Default:
+    """The policy with the heads `specs` name, labelled as `resolve_heads` labels them, on `device` (None: the CPU)."""
     from bebop.default import Default
 
     model, tokenizer, root, stored = _load(policy, dtype)
     heads = resolve_heads(specs, model, root=root, stored=stored, dtype=dtype)
-    return Default(model=model, tokenizer=tokenizer, heads=heads, path=root)
+    return Default(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
+                   path=root)
 
 
 def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None

@@ -37,12 +37,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from bebop.commands.device_args import add_device_args
 from bebop.data.batches import demo_batches
 from bebop.data.completions import complete
 from bebop.data.tasks import TASKS, parse_tasks
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
-from bebop.device import resolve_dtype
+from bebop.device import check_device_name, resolve_device, resolve_dtype, to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.checkpoint import load_pretrained, save_pretrained
@@ -71,6 +72,7 @@ class PretrainConfig:
     seed: int = 0
     autocast: str = "auto"  # "auto" (bf16 where the CPU has it) | "bf16" | "fp32"
     threads: int = 1  # torch threads; 1 is fastest when other processes share the cores
+    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; the shipped default: the CPU
     model: ModelConfig | None = field(default=None)  # None: ModelConfig.tiny for the tokenizer's vocab
     init: str | None = None  # a policy checkpoint to continue from (fresh optimiser and schedule)
 
@@ -91,6 +93,7 @@ class PretrainConfig:
             raise ValueError(f"error_rate must be in [0, 1), got {self.error_rate}")
         if self.autocast not in ("auto", "bf16", "fp32"):
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
+        check_device_name(self.device)
 
     @classmethod
     def tiny(cls) -> "PretrainConfig":
@@ -110,7 +113,7 @@ def lr_at(step: int, config: PretrainConfig) -> float:
 
 def lm_loss(model: Transformer, tokens: torch.Tensor, loss_mask: torch.Tensor, use_bf16: bool) -> torch.Tensor:
     """Mean next-token cross-entropy over the masked targets: tokens, loss_mask [B, T] -> scalar."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=use_bf16):
         logits, _ = model(tokens[:, :-1])  # [B, T-1, V]
     targets, mask = tokens[:, 1:], loss_mask[:, 1:]  # [B, T-1]
     per_token = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # [B, T-1]
@@ -175,8 +178,9 @@ def pretrain(config: PretrainConfig, run_dir: Path, out: Path | None, *, progres
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)  # parameter init only; data and sampling use their own generators
     tokenizer = CharTokenizer()
-    model = initial_model(config, tokenizer)
-    use_bf16 = resolve_dtype(None if config.autocast == "auto" else config.autocast, "cpu") == torch.bfloat16
+    device = resolve_device(config.device)
+    model = initial_model(config, tokenizer).to(device)
+    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
@@ -189,7 +193,7 @@ def pretrain(config: PretrainConfig, run_dir: Path, out: Path | None, *, progres
         start, seen = time.perf_counter(), 0
         bar = tqdm(range(config.steps), desc="pretrain", disable=not progress, dynamic_ncols=True)
         for step in bar:
-            tokens, loss_mask = next(batches)
+            tokens, loss_mask = (to_device(t, device) for t in next(batches))
             lr = lr_at(step, config)
             loss = train_step(model, optimizer, tokens, loss_mask, lr, config, use_bf16)
             seen += int(loss_mask.sum())
@@ -218,26 +222,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=d.eval_every)
     parser.add_argument("--eval-prompts", type=int, default=d.eval_prompts)
     parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--autocast", default=d.autocast, choices=("auto", "bf16", "fp32"))
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--init", type=Path, default=None, help="continue from this policy checkpoint")
     parser.add_argument("--warmup", type=int, default=d.warmup)
     parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
+    add_device_args(parser, dtype_help="the autocast dtype (float32 master weights)", dtype_aliases=("--autocast",))
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     """The CLI's config: defaults (or the tiny preset's sizes with --tiny) overridden by the flags given."""
     if args.tiny:
-        return dataclasses.replace(PretrainConfig.tiny(), tasks=tuple(args.tasks), seed=args.seed)
+        return dataclasses.replace(PretrainConfig.tiny(), tasks=tuple(args.tasks), seed=args.seed, device=args.device,
+                                   autocast=args.dtype)
     return PretrainConfig(tasks=tuple(args.tasks), steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                           min_lr=min(PretrainConfig.min_lr, args.lr), error_rate=args.error_rate,
                           eval_every=args.eval_every, eval_prompts=args.eval_prompts, seed=args.seed,
-                          autocast=args.autocast, threads=args.threads, warmup=args.warmup,
+                          autocast=args.dtype, threads=args.threads, warmup=args.warmup, device=args.device,
                           init=None if args.init is None else str(args.init))
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    resolve_device(config.device)  # --device cuda without CUDA fails here, before any work
     run_dir = args.run_dir or Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
     pretrain(config, run_dir, args.out)
     print(f"run directory: {run_dir}" + (f"\ncheckpoint: {args.out}" if args.out else ""))

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bebop.commands.device_args import add_device_args
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
+from bebop.device import resolve_device
 from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
@@ -55,25 +57,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('gamma')}")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per phase (default: half the cores each for generation and update)")
-    parser.add_argument("--gen-dtype", choices=("auto", "fp32", "bf16"), default=None,
-                        help="the rollout snapshot's dtype: auto = bf16 where this CPU runs it natively, else fp32; "
-                             f"bf16 runs on every CPU, slowly where it is emulated; {_preset_default('gen_dtype')}")
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
                         help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once); "
                              f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
+    add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
+                                       "weights); bf16 runs on every CPU, slowly where it is emulated",
+                    dtype_aliases=("--gen-dtype",), dtype_default=None)
     add_prompt_args(parser)
     add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype")
+    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.dtype is not None:
+        overrides["gen_dtype"] = args.dtype
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
-                           mode="sync" if args.sync else "async", **overrides, **prompt_fields(args))
+                           mode="sync" if args.sync else "async", device=args.device, **overrides,
+                           **prompt_fields(args))
 
 
 def check_out(out: Path, resume: bool) -> None:
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     check_out(args.out, args.resume)
     check_policy(args.policy)
+    resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     from bebop.data.prompting import dataset_config
     from bebop.data.tasks import parse_tasks

@@ -48,9 +48,10 @@ import torch
 from tqdm import tqdm
 
 from bebop.commands import policy
+from bebop.commands.device_args import add_device_args
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.prompting import vocab_limit
-from bebop.device import resolve_dtype
+from bebop.device import resolve_device, resolve_dtype
 from bebop.headtrain.config import TrainMTPConfig
 from bebop.headtrain.data import load_or_generate, make_batches, split_heldout
 from bebop.headtrain.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
@@ -67,19 +68,20 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = ()) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir`; saves (bf16) to `out` when given."""
     torch.set_num_threads(config.threads)
-    use_bf16 = resolve_dtype(None if config.autocast == "auto" else config.autocast, "cpu") == torch.bfloat16
-    model = model.float().eval().requires_grad_(False)
+    device = resolve_device(config.device)
+    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
+    model = model.float().to(device).eval().requires_grad_(False)
     tasks = config.tasks[0] if len(config.tasks) == 1 else list(config.tasks)
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors,  # setup keys: docs/runs.md
                        meta_extra={"task": tasks, "rollout": None, "mtp_objective": config.objective,
-                                   "mtp_strategy": None, "gamma": config.depth, "mode": None})
+                                   "mtp_strategy": None, "gamma": config.depth, "mode": None, "device": str(device)})
     with writer:
         writer.status(message="generating self-generated data")
         data = load_or_generate(data_path, model, tokenizer, config)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)
         rows = vocab_limit(tokenizer, model.config.vocab_size)
-        head, weight = new_head(model, config), lm_head_weight(model, use_bf16, rows)
+        head, weight = new_head(model, config).to(device), lm_head_weight(model, use_bf16, rows)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         warmup = max(1, round(config.warmup_frac * config.steps))
@@ -120,7 +122,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--warmup-frac", type=float, default=d.warmup_frac, help="linear warmup, fraction of steps")
     parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm")
-    parser.add_argument("--autocast", default=d.autocast, help="auto | bf16 | fp32: the head's compute dtype")
     parser.add_argument("--eval-every", type=int, default=d.eval_every, help="held-out evaluation every N steps")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
@@ -129,18 +130,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for the trained head (save_head)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/train-mtp-<time>)")
     parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
+    add_device_args(parser, dtype_help="the compute dtype of the backbone's hidden states and the head (float32 "
+                                       "master weights under autocast)", dtype_aliases=("--autocast",))
     add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
     if args.tiny:
-        return dataclasses.replace(TrainMTPConfig.tiny(args.objective), **prompt_fields(args))
+        return dataclasses.replace(TrainMTPConfig.tiny(args.objective), device=args.device, autocast=args.dtype,
+                                   **prompt_fields(args))
     return dataclasses.replace(
         TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
         tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens,
         steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.autocast,
-        eval_every=args.eval_every, seed=args.seed, threads=args.threads,
+        lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.dtype,
+        eval_every=args.eval_every, seed=args.seed, threads=args.threads, device=args.device,
         init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
@@ -153,6 +157,7 @@ def load_policy(path: str | Path | None):
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     model, tokenizer = load_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"

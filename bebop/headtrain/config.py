@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 from bebop.data.prompting import dataset_config
 from bebop.data.tasks import parse_tasks
+from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
 
 
@@ -30,7 +31,8 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     init_from_backbone: bool = True
     init_head: str | None = None  # a head directory (save_head) to adapt instead of starting fresh
     seed: int = 0
-    autocast: str = "auto"
+    autocast: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
+    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -49,6 +51,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
             raise ValueError(f"lr and grad_clip must be > 0, got lr={self.lr}, grad_clip={self.grad_clip}")
         if self.autocast not in ("auto", "bf16", "fp32"):
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
+        check_device_name(self.device)
 
     @classmethod
     def tiny(cls, objective: str = "e2e_tv") -> TrainMTPConfig:

@@ -13,6 +13,7 @@ from bebop.data.batches import pad
 from bebop.data.completions import complete
 from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
 from bebop.data.tasks import task_for
+from bebop.device import to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.headtrain.config import TrainMTPConfig
@@ -85,7 +86,7 @@ def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> t
 def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf16: bool) -> list[dict]:
     """Fixed batches (sorted by length) with the frozen backbone's hidden states [B, T, d] precomputed."""
     order = sorted(range(len(data["tokens"])), key=lambda i: len(data["tokens"][i]))
-    batches = []
+    batches, device = [], model.lm_head.weight.device
     for start in range(0, len(order), config.batch_size):
         idx = order[start : start + config.batch_size]
         tokens, lengths = pad([data["tokens"][i] for i in idx], 0)
@@ -93,7 +94,8 @@ def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf1
         mask = anchor_mask(trainable.bool(), lengths, config.depth)
         if not bool(mask.any()):
             continue
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+        tokens, mask = to_device(tokens, device), to_device(mask, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             _, hidden = model(tokens, compute_logits=False)  # [B, T, d]
         batches.append({"tokens": tokens, "mask": mask, "hidden": hidden})
     return batches

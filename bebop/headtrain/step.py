@@ -22,7 +22,7 @@ def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) 
 
 def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool):
     """(draft_hidden [B, T, depth, d], target_hidden [B, T, depth, d], labels [B, T, depth], mask [B, T])."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+    with torch.autocast(batch["hidden"].device.type, dtype=torch.bfloat16, enabled=use_bf16):
         draft = head.chain_hidden(model, batch["hidden"], batch["tokens"], depth)
     # chain_targets aligns any per-position tensor: here the backbone hidden states behind the target logits.
     target, labels, _ = chain_targets(batch["hidden"], batch["tokens"], depth)

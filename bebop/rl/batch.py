@@ -19,6 +19,7 @@ Multi-turn: for a task with an environment (`task.env`), the engine stops a row 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -26,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from bebop.data.prompting import PromptFormat, run_task
+from bebop.device import to_device
 from bebop.engine.rollout import GenerationConfig, Rollout
 
 
@@ -49,6 +51,14 @@ class RolloutBatch:
     @property
     def num_policy_tokens(self) -> int:
         return int(self.policy_mask.sum())
+
+    def to(self, device: torch.device) -> "RolloutBatch":
+        """The training tensors on `device` (rollouts are built on the host: token lists, rewards from text)."""
+        if self.tokens.device == torch.device(device):
+            return self
+        names = ("rewards", "tokens", "lengths", "prompt_lengths", "policy_mask", "behaviour_logprobs")
+        moved = {name: to_device(getattr(self, name), device) for name in names}
+        return dataclasses.replace(self, **moved, targets=moved["tokens"][:, 1:])
 
 
 def sample_examples(task, prompts_per_step: int, group_size: int, seed: int, level: int | None = None) -> list:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
+from bebop.device import check_device_name
 
 TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")
@@ -49,6 +50,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
     micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
+    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; a resume may change it
 
     def __post_init__(self) -> None:
         named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)]
@@ -79,6 +81,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
                 raise ValueError(f"RLConfig.{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"RLConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
+        check_device_name(self.device)
         if self.gen_dtype not in ("auto", "fp32", "bf16"):
             raise ValueError(f"RLConfig.gen_dtype must be 'auto', 'fp32' or 'bf16', got {self.gen_dtype!r}")
         if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \

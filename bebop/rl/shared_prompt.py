@@ -61,14 +61,15 @@ class SharedPromptLayout:
 
     def __init__(self, batch, groups: list[list[int]]):
         rows, firsts = [i for group in groups for i in group], [group[0] for group in groups]
-        self.index = torch.tensor(rows)  # [n] rows of the batch, in micro-batch order
-        self.group = torch.tensor([g for g, group in enumerate(groups) for _ in group])  # [n] prompt of each row
+        device = batch.tokens.device
+        self.index = torch.tensor(rows, device=device)  # [n] rows of the batch, in micro-batch order
+        self.group = torch.tensor([g for g, group in enumerate(groups) for _ in group], device=device)  # [n]
         self.prefix_lengths = batch.prompt_lengths[firsts]  # [G]
         self.starts = self.prefix_lengths[self.group]  # [n] P_i
         completion = batch.lengths[self.index] - self.starts  # [n] C_i
         L = batch.tokens.shape[1]
-        P, S = int(self.prefix_lengths.max()), max(1, int(completion.max()))
-        j = torch.arange(S)  # [S]
+        P, S = int(self.prefix_lengths.max()), max(1, int(completion.max()))  # HOST SYNC: the layout's shape
+        j = torch.arange(S, device=device)  # [S]
         tokens = batch.tokens[self.index]  # [n, L]
         # Past a row's own end these read other positions: never attended to by its real tokens, never trained.
         self.prefix = batch.tokens[firsts, :P]  # [G, P]
@@ -92,7 +93,7 @@ class SharedPromptLayout:
         """Per-position outputs [G, P, X] and [n, S, X] back in the batch's row layout [n, L, X] (positions past a
         row's end hold no meaning)."""
         P, S = prefix_x.shape[1], suffix_x.shape[1]
-        t = torch.arange(self.width)  # [L]
+        t = torch.arange(self.width, device=suffix_x.device)  # [L]
         from_prefix = prefix_x[self.group][:, t.clamp(max=P - 1)]  # [n, L, X]
         at = (t[None] - self.starts[:, None]).clamp(0, S - 1)  # [n, L]
         from_suffix = suffix_x.gather(1, at[..., None].expand(-1, -1, suffix_x.shape[-1]))  # [n, L, X]

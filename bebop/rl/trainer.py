@@ -30,14 +30,13 @@ import copy
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from bebop.data.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
-from bebop.device import resolve_dtype
+from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.mtp import check_head_fits
@@ -50,7 +49,8 @@ from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_gro
 from bebop.runlog import RunWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
-RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts")
+RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
+                     "device")
 _COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "engine/")
 
 
@@ -118,9 +118,12 @@ class Trainer:
         if checkpoint is not None:
             self._check_resumable(checkpoint["config"])
         self._set_threads()
-        self.gen_dtype = resolve_dtype(config.gen_dtype, "cpu")
-        self.policy = copy.deepcopy(model).float().train()
-        self.head = copy.deepcopy(head).float().eval() if (head is not None and config.uses_head) else None
+        self.device = resolve_device(config.device)
+        # The rollout snapshot's dtype is also the update's autocast dtype: master weights stay float32.
+        self.gen_dtype = resolve_dtype(config.gen_dtype, self.device)
+        self.policy = copy.deepcopy(model).float().to(self.device).train()
+        self.head = copy.deepcopy(head).float().to(self.device).eval() if (head is not None and config.uses_head) \
+            else None
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
                                 depth=config.mtp_depth, temperature=config.temperature,
@@ -133,7 +136,8 @@ class Trainer:
         self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
         self.engine = Engine(self.gen_policy, self.gen_head)
         self.writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=resume, name=name,
-                                meta_extra={"policy_parameters": self.policy.num_parameters(), **(meta_extra or {}),
+                                meta_extra={"policy_parameters": self.policy.num_parameters(), "device": str(self.device),
+                                            **(meta_extra or {}),
                                             **rl_setup(config, self.head, getattr(task, "name", config.task))})
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
@@ -195,9 +199,6 @@ class Trainer:
                        policy_version=version, pad_id=self.tokenizer.pad_id, prompt_format=self.prompt_format)
 
     # ----------------------------------------------------------------------------------------- update
-    def _autocast(self):
-        bf16 = self.gen_dtype == torch.bfloat16
-        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
 
     def update(self, batch: RolloutBatch) -> UpdateResult:
         """One GRPO step on `batch` (ratios against its behaviour log-probs), then the MTP strategy.
@@ -208,11 +209,13 @@ class Trainer:
         c = self.config
         start = time.perf_counter()
         self.policy.train()
+        batch = batch.to(self.device)
         advantages = group_advantages(batch.rewards, c.group_size)  # [N]
         num_tokens = batch.policy_mask.sum()
         keep = self.online.trains  # the online head trains on the backbone's activations of every row
         N, L = batch.tokens.shape
-        hidden = torch.zeros(N, L, self.policy.config.hidden_size) if keep else None  # [N, L, d]; no [N, L, V] logits
+        d = self.policy.config.hidden_size
+        hidden = torch.zeros(N, L, d, device=self.device) if keep else None  # [N, L, d]; no [N, L, V] logits
         totals: dict[str, torch.Tensor] = {}
         self.optimizer.zero_grad(set_to_none=True)
         groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
@@ -238,7 +241,7 @@ class Trainer:
                     num_tokens: torch.Tensor) -> tuple[dict, tuple[torch.Tensor, ...]]:
         """Forward and backward over one micro-batch; returns its stats and the policy's outputs on it."""
         c = self.config
-        with self._autocast():
+        with autocast(self.device, self.gen_dtype):
             outputs = layout.forward(self.policy)  # prefix logits/hidden [G, P, ·], suffix logits/hidden [n, S, ·]
         logprobs = token_logprobs(layout.row_logits(outputs[0], outputs[2]), layout.suffix, c.temperature,
                                   vocab_limit=self.vocab_limit)  # [n, S]

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
+from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.losses import acceptance_alpha_from_hidden, tv_distance
 from bebop.sampling import probs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
@@ -48,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden-size", type=int, default=1024, help="width d of the hidden states behind the logits")
     parser.add_argument("--tile", type=int, default=8192, help="vocabulary columns per tile (tiled variant)")
     parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs; the median is reported")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu | cuda")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="logits dtype")
+    add_device_args(parser, dtype_help="the logits' (or hidden states') dtype", dtype_default="fp32")
     parser.add_argument("--temperature", type=float, default=1.0, help="applied to both logits")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
 
@@ -62,6 +62,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--vocab sizes must be >= 1, got {args.vocab}")
     if not args.temperature > 0:
         raise ValueError(f"--temperature must be > 0, got {args.temperature}")
+    device, dtype = device_and_dtype(args)
+    args.device, args.dtype = str(device), str(dtype).removeprefix("torch.")  # what the workers and records read
     check_peak_supported(args.device)
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
-from bebop.device import resolve_dtype
+from bebop.commands.device_args import add_device_args
+from bebop.device import resolve_device, resolve_dtype
 from bebop.headtrain.config import TrainMTPConfig
 from bebop.headtrain.data import anchor_mask
 from bebop.headtrain.step import lm_head_weight, new_head, train_step
@@ -55,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden-size", type=int, default=None,
                         help="backbone width (default: Qwen3-0.6B's shape, d = 1024; else the tiny preset's shape)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per variant; the median is reported")
-    parser.add_argument("--autocast", default="auto", help="auto | bf16 | fp32, as train-mtp's --autocast")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
+    add_device_args(parser, dtype_help="the compute dtype, as train-mtp's --dtype", dtype_aliases=("--autocast",))
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -73,9 +74,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--hidden-size must be an even number >= 2, got {args.hidden_size}")
     if args.objective not in OBJECTIVES:
         raise ValueError(f"--objective {args.objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if args.autocast not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"--autocast must be auto, bf16 or fp32, got {args.autocast!r}")
-    check_peak_supported("cpu")
+    args.device = str(resolve_device(args.device))  # what the workers read
+    check_peak_supported(args.device)
 
 
 # ------------------------------------------------------------------------------------ worker side
@@ -87,7 +87,7 @@ def _model(spec: dict) -> Transformer:
         d = spec["hidden_size"]
         config = ModelConfig.tiny(vocab_size=spec["vocab"], hidden_size=d, intermediate_size=3 * d,
                                   num_hidden_layers=spec["layers"])
-    return Transformer(config).float().eval().requires_grad_(False)
+    return Transformer(config).float().to(spec["device"]).eval().requires_grad_(False)
 
 
 @torch.no_grad()
@@ -97,7 +97,8 @@ def _batch(model: Transformer, spec: dict, batch: int, seq_len: int, use_bf16: b
     tokens = torch.randint(0, spec["vocab"], (batch, seq_len), generator=gen)  # [B, T]
     trainable = (torch.arange(seq_len) >= spec["prompt_len"]).expand(batch, seq_len)  # [B, T]
     mask = anchor_mask(trainable, torch.full((batch,), seq_len), spec["depth"])  # [B, T]
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+    tokens, mask = tokens.to(spec["device"]), mask.to(spec["device"])
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=use_bf16):
         logits, hidden = model(tokens, compute_logits=spec["variant"] == "dense")  # [B, T, V] | None, [B, T, d]
     out = {"tokens": tokens, "mask": mask, "hidden": hidden}
     return out if logits is None else {**out, "logits": logits}
@@ -105,7 +106,7 @@ def _batch(model: Transformer, spec: dict, batch: int, seq_len: int, use_bf16: b
 
 def dense_step(head, model, batch: dict, optimizer, config: TrainMTPConfig, use_bf16: bool) -> tuple[float, float]:
     """Today's step before hidden-state caching: (loss, d_TV) from [B, T, depth, V] float32 logits."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+    with torch.autocast(batch["tokens"].device.type, dtype=torch.bfloat16, enabled=use_bf16):
         draft = head.chain(model, batch["hidden"], batch["tokens"], config.depth).float()  # [B, T, depth, V]
     target, labels, _ = chain_targets(batch["logits"], batch["tokens"], config.depth)
     target = target.float()  # [B, T, depth, V]
@@ -123,10 +124,10 @@ def dense_step(head, model, batch: dict, optimizer, config: TrainMTPConfig, use_
 def worker(spec: dict) -> dict:
     """One variant in a fresh process: step times, peak memory above the set-up baseline, losses."""
     torch.set_num_threads(spec["threads"])
-    use_bf16 = resolve_dtype(None if spec["autocast"] == "auto" else spec["autocast"], "cpu") == torch.bfloat16
+    use_bf16 = resolve_dtype(spec["dtype"], spec["device"]) == torch.bfloat16
     model = _model(spec)
     config = TrainMTPConfig(objective=spec["objective"], depth=spec["depth"])
-    head = new_head(model, config)
+    head = new_head(model, config).to(spec["device"])
     optimizer = torch.optim.AdamW(head.parameters(), lr=LR)
     weight = lm_head_weight(model, use_bf16)  # the chunked path's run-long cast; dense casts under autocast
 
@@ -140,13 +141,13 @@ def worker(spec: dict) -> dict:
     step(_batch(model, spec, 1, spec["prompt_len"] + spec["depth"] + 4, use_bf16))
     batch = _batch(model, spec, spec["batch_size"], spec["seq_len"], use_bf16)
     cache_bytes = sum(batch[k].numel() * batch[k].element_size() for k in ("hidden", "logits") if k in batch)
-    baseline = reset_peak("cpu")
+    baseline = reset_peak(spec["device"])
     seconds, losses = [], []
     for _ in range(spec["steps"]):
         start = time.perf_counter()
         losses.append(step(batch))
         seconds.append(time.perf_counter() - start)
-    return {"variant": spec["variant"], "seconds": seconds, "peak_bytes": peak("cpu") - baseline,
+    return {"variant": spec["variant"], "seconds": seconds, "peak_bytes": peak(spec["device"]) - baseline,
             "cache_bytes_per_seq": cache_bytes / spec["batch_size"], "losses": losses,
             "anchors": int(batch["mask"].sum()), "bf16": use_bf16}
 
@@ -157,7 +158,7 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
     from rich.table import Table
 
     table = Table(title=f"one train-mtp step ({args.objective}), V = {args.vocab}, B = {args.batch_size}, "
-                        f"T = {args.seq_len}, depth {args.depth}, on cpu (median time; peak RSS above setup)")
+                        f"T = {args.seq_len}, depth {args.depth}, on {args.device} (median time; peak above setup)")
     for col in ("variant", "s/step", "peak MiB", "cache MiB/seq", "first loss", "trained anchors"):
         table.add_column(col, justify="right")
     for r in rows:
@@ -175,7 +176,7 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     spec = {k: getattr(args, k) for k in ("vocab", "batch_size", "seq_len", "prompt_len", "depth", "objective",
-                                         "layers", "hidden_size", "steps", "autocast", "threads")}
+                                         "layers", "hidden_size", "steps", "dtype", "threads", "device")}
     rows = []
     for variant in VARIANTS:
         result = spawn("bebop.commands.bench.train_mtp", {**spec, "variant": variant})
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                      "peak_mib": result["peak_bytes"] / 2**20})
     _print_table(rows, args)
     if args.json is not None:
-        args.json.write_text(json.dumps({"device": "cpu", "config": spec, "results": rows}, indent=2))
+        args.json.write_text(json.dumps({"device": args.device, "config": spec, "results": rows}, indent=2))
         print(f"wrote {args.json}")
     return 0
 

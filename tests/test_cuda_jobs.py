@@ -1,0 +1,67 @@
+"""The jobs on a GPU (`--device cuda`): a 2-step `rl`, a 10-step `train-mtp` and an `eval-mtp` through the CLI, and the
+GRPO update on CUDA equal to the same update on the CPU. Skipped without CUDA; `scripts/gpu-check` runs them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from bebop.cli import main
+from bebop.data.tokenizer import CharTokenizer
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
+from bebop.rl import RLConfig, Trainer
+from bebop.runlog import load_run
+from test_rl import MODEL, Digits
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def test_rl_two_steps_on_cuda(tmp_path):
+    out = tmp_path / "rl"
+    assert main(["rl", "--preset", "quick", "--steps", "2", "--device", "cuda", "--out", str(out), "--sync",
+                 "--no-progress"]) == 0
+    run = load_run(out)
+    assert run.streams["train"]["step"].tolist() == [0, 1]
+    assert run.meta["config"]["device"] == "cuda"
+    assert (out / "checkpoint.pt").is_file()
+
+
+def test_train_mtp_ten_steps_and_eval_mtp_on_cuda(tmp_path):
+    head = tmp_path / "head"
+    assert main(["train-mtp", "--device", "cuda", "--tasks", "math", "--num-sequences", "16", "--max-new-tokens", "32",
+                 "--steps", "10", "--batch-size", "4", "--eval-every", "5", "--depth", "3", "--out", str(head),
+                 "--run-dir", str(tmp_path / "mtp")]) == 0
+    train = load_run(tmp_path / "mtp").streams["train"]
+    assert train["step"].tolist() == list(range(10)) and train["mtp/loss/e2e_tv"].notna().all()
+    assert main(["eval-mtp", "--device", "cuda", "--heads", f"new={head}", "e2e_tv", "--num-prompts", "8",
+                 "--max-new-tokens", "32", "--temperatures", "0.5", "1.0", "1.5",
+                 "--run-dir", str(tmp_path / "eval")]) == 0
+    assert (tmp_path / "eval" / "table.csv").is_file() or any((tmp_path / "eval").iterdir())
+
+
+def test_the_update_on_cuda_equals_the_update_on_the_cpu(tmp_path):
+    """The same batch, fp32 both sides: loss, gradient norm and the updated weights agree to float tolerance."""
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
+    model, head = Transformer(config), MTPHead(config)
+    results = {}
+    for device in ("cpu", "cuda"):
+        rl = RLConfig.tiny(rollout="rs", mtp="online-tv", device=device, gen_dtype="fp32")
+        trainer = Trainer(rl, copy.deepcopy(model), tok, head=copy.deepcopy(head), run_dir=tmp_path / device,
+                          task=Digits())
+        assert trainer.policy.lm_head.weight.device.type == device
+        batch = results["batch"] if "batch" in results else trainer._generate(0, 0)
+        results.setdefault("batch", batch)
+        metrics = trainer.update(batch).metrics
+        results[device] = (metrics, {k: v.detach().cpu() for k, v in trainer.policy.state_dict().items()})
+        trainer.writer.close()
+    (cpu, cpu_weights), (cuda, cuda_weights) = results["cpu"], results["cuda"]
+    for key in ("actor/loss", "actor/grad_norm", "mtp/loss/e2e_tv"):
+        assert cuda[key] == pytest.approx(cpu[key], rel=1e-3, abs=1e-5), key
+    for name, weight in cpu_weights.items():
+        torch.testing.assert_close(cuda_weights[name], weight, rtol=1e-4, atol=1e-5)
