@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from test_rl import MODEL, Digits
 
 from bebop.cli import main
 from bebop.data.tokenizer import CharTokenizer
@@ -15,7 +16,6 @@ from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.rl import RLConfig, Trainer
 from bebop.runlog import load_run
-from test_rl import MODEL, Digits
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 import torch
+from cli_checks import one_error_line
 
 from bebop.cli import BENCHMARKS, COMMANDS, main
 from bebop.device import autocast, check_device_name, resolve_device, resolve_dtype, to_device
-from cli_checks import one_error_line
 
 # Commands that compute (the dashboard serves files; make-checkpoint writes random weights without computing).
 COMPUTING = [name for name in COMMANDS if name not in ("dashboard", "make-checkpoint")]
