@@ -100,7 +100,22 @@ def finished_step(out: Path, config: RLConfig) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...` (bebop.rl.parallel)."""
+    from bebop import distributed
+    from bebop.device import resolve_device
+
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
+    world = distributed.init(resolve_device(getattr(config, "device", "auto")))
+    code = _run(args, config, world)
+    distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
+    return code
+
+
+def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
+    from bebop import distributed
+    from bebop.rl.parallel import check_world
+
+    check_world(config.prompts_per_step, world)
     check_out(args.out, args.resume)
     check_policy(args.policy)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
@@ -116,12 +131,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from bebop.rl.trainer import Trainer
 
+    distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
     trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
-                      progress=not args.no_progress, meta_extra={"head": args.head if config.uses_head else None})
+                      progress=not args.no_progress and distributed.is_main(), meta_extra={"head": args.head if config.uses_head else None})
     for mirror in mirrors:
         trainer.writer.add_mirror(mirror)
     records = trainer.run()
+    if not distributed.is_main():
+        return 0
     if records:
         last = records[-1]
         first = trainer.history[0]
