@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
                         help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once); "
                              f"{_preset_default('micro_batch_tokens')}")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help=f"steps between checkpoints (0 = only at the end); {_preset_default('checkpoint_every')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_prompt_args(parser)
@@ -68,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype")
+    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "gen_dtype", "checkpoint_every")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
