@@ -9,7 +9,7 @@ The update: the GRPO loss is a token sum over the global policy-token count (all
 gradients (`bebop.distributed.shard`), so the gradient is the single-process one. Every rank must issue the same
 collectives, so a rank with fewer micro-batches than another runs empty ones (mask all False: no gradient).
 
-Logging: rank 0 alone writes (the others hold a `NullWriter`); the record it logs is the ranks' records combined
+Logging: rank 0 alone writes (the others hold a `bebop.runlog.null.NullWriter`); the record it logs is the ranks' records combined
 (`combine_records`): counters and the actor's token-weighted stats summed, rewards pooled, entropy weighted by tokens.
 """
 
@@ -75,23 +75,3 @@ def combine_records(record: dict, rewards: torch.Tensor, entropy_tokens: int) ->
     out["critic/score/mean"] = float(pooled.mean())
     out["critic/score/std"] = float(pooled.std(unbiased=False))
     return out
-
-
-class NullWriter:
-    """What a rank other than 0 holds instead of a RunWriter: it writes nothing."""
-
-    def __init__(self, name: str):
-        self.meta = {"name": name}
-        self.last_step = None
-
-    def log(self, stream: str, record: dict) -> None:
-        pass
-
-    def rewind(self, step: int) -> None:
-        pass
-
-    def add_mirror(self, mirror) -> None:
-        pass
-
-    def close(self, state: str = "finished", message: str | None = None) -> None:
-        pass

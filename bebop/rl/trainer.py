@@ -46,10 +46,11 @@ from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
-from bebop.rl.parallel import NullWriter, check_world, combine_records, empty_micro_batches, rank_block, rank_seed
+from bebop.rl.parallel import check_world, combine_records, empty_micro_batches, rank_block, rank_seed
 from bebop.rl.resume import load_checkpoint, save_checkpoint
 from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.runlog import RunWriter
+from bebop.runlog.null import NullWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts")
