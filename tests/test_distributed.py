@@ -140,3 +140,54 @@ def test_rl_kill_one_rank_then_resume_loses_and_repeats_no_step(tmp_path):
     torchrun(*args, "--resume")
     assert steps_of(out / "train.jsonl") == [0, 1, 2, 3, 4]
     assert json.loads((out / "status.json").read_text())["state"] == "finished"
+
+
+# --------------------------------------------------------------------------------------------------- train-mtp
+MTP_ARGS = ["train-mtp", "--tasks", "math", "--num-sequences", "16", "--max-new-tokens", "24", "--depth", "3",
+            "--batch-size", "4", "--eval-every", "5", "--checkpoint-every", "1", "--autocast", "fp32"]
+
+
+def train_mtp(run_dir: Path, *args: str) -> list[dict]:
+    """One process: `bebop train-mtp MTP_ARGS ARGS --run-dir run_dir`; the train stream's records."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "bebop", *MTP_ARGS, *args, "--run-dir", str(run_dir)]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def mtp_single(tmp_path_factory) -> list[dict]:
+    return train_mtp(tmp_path_factory.mktemp("mtp") / "single", "--steps", "6")
+
+
+def test_train_mtp_resume_continues_as_the_uninterrupted_run(tmp_path, mtp_single):
+    first = train_mtp(tmp_path / "run", "--steps", "3")
+    assert [r["step"] for r in first] == [0, 1, 2]
+    resumed = train_mtp(tmp_path / "run", "--steps", "6", "--resume")
+    assert [r["step"] for r in resumed] == list(range(6))
+    assert resumed == [{**r, **{k: pytest.approx(v, rel=1e-6) for k, v in r.items()}} for r in mtp_single]
+
+
+def test_train_mtp_on_two_ranks_steps_as_one_process(tmp_path, mtp_single):
+    out = tmp_path / "run"
+    torchrun("-m", "bebop", *MTP_ARGS, "--steps", "6", "--run-dir", str(out))
+    two = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in two] == list(range(6))
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 5
+    # The first update: the same global batch, loss and gradient norm (before clipping) as one process's.
+    for key in ("mtp/loss/e2e_tv", "mtp/d_tv_mean", "mtp/grad_norm"):
+        assert two[0][key] == pytest.approx(mtp_single[0][key], rel=1e-5), key
+    assert two[-1]["mtp/loss/e2e_tv"] == pytest.approx(mtp_single[-1]["mtp/loss/e2e_tv"], rel=1e-3)
+
+
+def test_train_mtp_kill_one_rank_then_resume_loses_and_repeats_no_step(tmp_path):
+    out = tmp_path / "run"
+    args = ["-m", "bebop", *MTP_ARGS, "--steps", "40", "--run-dir", str(out)]
+    proc = torchrun(*args, wait=False)
+    kill_rank_after(proc, 1, lambda: checkpoint_step(out / "checkpoint.pt") >= 1)
+    done = steps_of(out / "train.jsonl")
+    assert done and done[-1] < 39 and done == list(range(len(done)))
+    torchrun(*args, "--resume")
+    assert steps_of(out / "train.jsonl") == list(range(40))
+    assert json.loads((out / "status.json").read_text())["state"] == "finished"

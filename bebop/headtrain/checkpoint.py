@@ -34,8 +34,9 @@ def load(run_dir: str | os.PathLike, config: TrainMTPConfig) -> dict | None:
     if state is not None:
         current = asdict(config)
         saved = state["config"]
+        same = lambda a, b: (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)  # noqa: E731
         changed = {k: (saved.get(k), v) for k, v in current.items()
-                   if k not in RESUMABLE_CHANGES and saved.get(k) != (list(v) if isinstance(v, tuple) else v)}
+                   if k not in RESUMABLE_CHANGES and not same(saved.get(k), v)}
         if changed:
             raise ValueError(f"cannot resume with a different config (checkpoint, now): {changed}")
     return state
