@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bebop"
 # Each room's floor; a module may import its own floor and the ones below. The app and the CLI sit on top.
 FLOORS = {
     "bebop.sampling": 0, "bebop.verify": 0, "bebop.losses": 0, "bebop.tv_tiled": 0, "bebop.metrics": 0,
-    "bebop.entropy_law": 0, "bebop.device": 0, "bebop.runlog": 0,
+    "bebop.entropy_law": 0, "bebop.device": 0, "bebop.distributed": 0, "bebop.runlog": 0,
     "bebop.runlog.synthetic": 4,  # preview runs named with the jobs' own config names (bebop.rl.config)
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
     "bebop.data.prompt_options": 0,

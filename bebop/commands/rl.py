@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
                         help="computed tokens per update micro-batch of prompt groups (0 = the whole batch at once); "
                              f"{_preset_default('micro_batch_tokens')}")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help=f"steps between checkpoints (0 = only at the end); {_preset_default('checkpoint_every')}")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
@@ -70,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens")
+    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "checkpoint_every")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
@@ -105,10 +107,24 @@ def finished_step(out: Path, config: RLConfig) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...` (bebop.rl.parallel)."""
+    from bebop import distributed
+    from bebop.device import resolve_device
+
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
+    world = distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, here
+    code = _run(args, config, world)
+    distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
+    return code
+
+
+def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
+    from bebop import distributed
+    from bebop.rl.parallel import check_world
+
+    check_world(config.prompts_per_step, world)
     check_out(args.out, args.resume)
     check_policy(args.policy)
-    resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     from bebop.data.prompting import dataset_config
     from bebop.data.tasks import parse_tasks
@@ -122,12 +138,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from bebop.rl.trainer import Trainer
 
+    distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
     trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
-                      progress=not args.no_progress, meta_extra={"head": args.head if config.uses_head else None})
+                      progress=not args.no_progress and distributed.is_main(), meta_extra={"head": args.head if config.uses_head else None})
     for mirror in mirrors:
         trainer.writer.add_mirror(mirror)
     records = trainer.run()
+    if not distributed.is_main():
+        return 0
     if records:
         last = records[-1]
         first = trainer.history[0]

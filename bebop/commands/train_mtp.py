@@ -47,11 +47,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from bebop import distributed
 from bebop.commands import policy
 from bebop.commands.device_args import add_device_args
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.prompting import vocab_limit
 from bebop.device import resolve_device, resolve_dtype
+from bebop.headtrain import checkpoint as checkpoints
 from bebop.headtrain.config import TrainMTPConfig
 from bebop.headtrain.data import load_or_generate, make_batches, split_heldout
 from bebop.headtrain.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
@@ -61,47 +63,68 @@ from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror, add_mirror_arguments, mirrors_from_args
+from bebop.runlog.null import NullWriter
 
 
 # ------------------------------------------------------------------------------------------------ job
 def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
-              out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = ()) -> MTPHead:
-    """Train a head on the frozen `model`; logs to `run_dir`; saves (bf16) to `out` when given."""
+              out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
+              resume: bool = False) -> MTPHead:
+    """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
+    saves (bf16) to `out` when given. Under torchrun (bebop.distributed) each step's batch is split by rows over the
+    ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     model = model.float().to(device).eval().requires_grad_(False)
+    checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
     tasks = config.tasks[0] if len(config.tasks) == 1 else list(config.tasks)
-    writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors,  # setup keys: docs/runs.md
+    main = distributed.is_main()
+    writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
                        meta_extra={"task": tasks, "rollout": None, "mtp_objective": config.objective,
-                                   "mtp_strategy": None, "gamma": config.depth, "mode": None, "device": str(device)})
+                                   "mtp_strategy": None, "gamma": config.depth, "mode": None, "device": str(device),
+                                   "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:
         writer.status(message="generating self-generated data")
-        data = load_or_generate(data_path, model, tokenizer, config)
+        # Rank 0 generates (and caches) the data the single process would; the others receive the same.
+        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config) if main else None)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)
         rows = vocab_limit(tokenizer, model.config.vocab_size)
         head, weight = new_head(model, config).to(device), lm_head_weight(model, use_bf16, rows)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
-        warmup = max(1, round(config.warmup_frac * config.steps))
+        start = 0 if checkpoint is None else checkpoints.restore(checkpoint, head, optimizer, generator)
+        if writer.last_step is not None and writer.last_step >= start:
+            writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
         writer.status(message=f"training the head ({len(train)} batches, {len(held)} held out)")
-        name = f"mtp/loss/{config.objective}"
-        bar = tqdm(range(config.steps), desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
-        for step in bar:
-            lr = config.lr * min(1.0, (step + 1) / warmup)
-            batch = train[int(torch.randint(len(train), (1,), generator=generator))]
-            loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
-            writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
-            bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
-            if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
-                metrics = evaluate(head, model, held, config, use_bf16, weight)
-                writer.log("eval", {"step": step, **metrics})
-                writer.status(step=step, **metrics)
+        _loop(head, model, train, held, optimizer, generator, weight, range(start, config.steps), config, use_bf16,
+              writer, run_dir, progress and main)
         head.eval()
-        if out is not None:
+        if out is not None and main:
             save_head(bf16_copy(head, model), out)
     return head
+
+
+def _loop(head, model, train, held, optimizer, generator, weight, steps: range, config: TrainMTPConfig,
+          use_bf16: bool, writer, run_dir: Path, progress: bool) -> None:
+    warmup = max(1, round(config.warmup_frac * config.steps))
+    name = f"mtp/loss/{config.objective}"
+    bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        lr = config.lr * min(1.0, (step + 1) / warmup)
+        batch = train[int(torch.randint(len(train), (1,), generator=generator))]
+        loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
+        writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
+        bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
+        if ((step + 1) % config.eval_every == 0 or step + 1 == config.steps) and distributed.is_main():
+            metrics = evaluate(head, model, held, config, use_bf16, weight)
+            writer.log("eval", {"step": step, **metrics})
+            writer.status(step=step, **metrics)
+        if (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0) or step + 1 == config.steps:
+            if distributed.is_main():
+                checkpoints.save(run_dir, step, head, optimizer, generator, config, distributed.world())
+            distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -123,6 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-frac", type=float, default=d.warmup_frac, help="linear warmup, fraction of steps")
     parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm")
     parser.add_argument("--eval-every", type=int, default=d.eval_every, help="held-out evaluation every N steps")
+    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
+                        help="steps between checkpoints in the run directory, 0 = only at the end (default: %(default)s)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its last checkpoint (default: a new run)")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
@@ -144,7 +171,8 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens,
         steps=args.steps, batch_size=args.batch_size,
         lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.dtype,
-        eval_every=args.eval_every, seed=args.seed, threads=args.threads, device=args.device,
+        eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
+        device=args.device,
         init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
@@ -156,13 +184,23 @@ def load_policy(path: str | Path | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    """One process, or one rank of `torchrun --nproc-per-node N -m bebop train-mtp ...`."""
     config = config_from_args(args)
-    resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
+    if args.resume and (args.run_dir is None or not args.run_dir.is_dir()):
+        raise ValueError("--resume continues the run in --run-dir: pass the run directory of an existing run")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
+    distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
     model, tokenizer = load_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
+    run_dir = distributed.broadcast_object(run_dir)
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data_path=args.data, out=args.out, mirrors=mirrors)
+    train_mtp(model, tokenizer, config, run_dir, data_path=args.data, out=args.out, mirrors=mirrors,
+              resume=args.resume)
+    main = distributed.is_main()
+    distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
+    if not main:
+        return 0
     print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {run_dir}"
           + (f"; head: {args.out}" if args.out else ""))
     return 0

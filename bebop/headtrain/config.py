@@ -28,6 +28,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     eval_every: int = 50
+    checkpoint_every: int = 50  # steps between checkpoints (0 = only at the end); --resume continues from the last
     init_from_backbone: bool = True
     init_head: str | None = None  # a head directory (save_head) to adapt instead of starting fresh
     seed: int = 0
@@ -43,6 +44,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 0:
+            raise ValueError(f"TrainMTPConfig.checkpoint_every must be a non-negative int, got {self.checkpoint_every!r}")
         if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < math.inf):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not 0 < self.heldout_fraction < 1 or not 0 <= self.warmup_frac < 1:

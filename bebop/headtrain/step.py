@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from bebop import distributed
 from bebop.headtrain.config import TrainMTPConfig
 from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden, expected_accepted
 from bebop.models.checkpoint import load_head
@@ -32,9 +33,13 @@ def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, us
 def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig, use_bf16: bool,
                weight: torch.Tensor) -> tuple[float, float, float]:
     """One AdamW step of the draft loss through the LM head `weight` [V, d] (`lm_head_weight`); returns (loss,
-    mean d_TV over the trained (anchor, step), the gradient norm before clipping)."""
+    mean d_TV over the trained (anchor, step), the gradient norm before clipping).
+
+    Under torchrun every rank holds the same `batch` and trains on its block of rows (`_parallel_step`)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+    if distributed.active():
+        return _parallel_step(head, model, batch, optimizer, config, use_bf16, weight)
     draft, target, labels, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
     loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
                                   temperature=config.temperature)
@@ -46,6 +51,32 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
         alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
                                              temperature=config.temperature)  # [M, depth]
     return float(loss.detach()), float(1.0 - alpha.mean()), float(grad_norm)
+
+
+def _parallel_step(head, model, batch, optimizer, config: TrainMTPConfig, use_bf16: bool,
+                   weight: torch.Tensor) -> tuple[float, float, float]:
+    """`train_step` on this rank's rows: the loss (a mean over anchors) weighted by the rank's share of the global
+    anchors and the gradients summed over the ranks, which is the single-process step on the whole batch."""
+    device = batch["tokens"].device
+    rows = torch.arange(batch["tokens"].shape[0], device=device).tensor_split(distributed.world())[distributed.rank()]
+    part = {k: v[rows] for k, v in batch.items()}  # [b, ...]
+    count, total = int(part["mask"].sum()), int(distributed.all_reduce(batch["mask"][rows].sum()))
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = d_tv_sum = torch.zeros((), dtype=torch.float64, device=device)
+    if count:  # a rank without anchors adds nothing (its gradients count as zeros)
+        draft, target, labels, mask = chain_outputs(head, model, part, config.depth, use_bf16)
+        loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
+                                      temperature=config.temperature)
+        (loss * (count / total)).backward()
+        with torch.no_grad():
+            alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
+                                                 temperature=config.temperature)  # [M, depth]
+        loss_sum, d_tv_sum = loss.detach().double() * count, (1.0 - alpha.double()).mean(-1).sum()
+    distributed.all_reduce_grads(head.parameters())
+    grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping
+    optimizer.step()
+    return (float(distributed.all_reduce(loss_sum)) / total, float(distributed.all_reduce(d_tv_sum)) / total,
+            float(grad_norm))
 
 
 @torch.no_grad()

@@ -32,18 +32,21 @@ def checkpoint_path(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / FILENAME
 
 
-def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Atomically write `state` (the keys of `_KEYS` except "format") to run_dir/checkpoint.pt."""
-    missing = [k for k in _KEYS if k != "format" and k not in state]
+def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any], *, format: str = FORMAT,
+                    keys: tuple[str, ...] = _KEYS) -> Path:
+    """Atomically write `state` (the `keys` except "format") to run_dir/checkpoint.pt. Another job's checkpoint
+    (bebop.headtrain.checkpoint) passes its own `format` and `keys`."""
+    missing = [k for k in keys if k != "format" and k not in state]
     if missing:
         raise ValueError(f"checkpoint state is missing {missing}")
     path = checkpoint_path(run_dir)
     with atomic_open(path) as f:
-        torch.save({**state, "format": FORMAT}, f)
+        torch.save({**state, "format": format}, f)
     return path
 
 
-def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+def load_checkpoint(run_dir: str | os.PathLike, *, format: str = FORMAT,
+                    keys: tuple[str, ...] = _KEYS) -> dict[str, Any] | None:
     """The checkpoint in run_dir, or None when there is none; ValueError naming the file when corrupt."""
     path = checkpoint_path(run_dir)
     if not path.exists():
@@ -53,9 +56,9 @@ def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
         raise ValueError(f"checkpoint {path} is corrupt or unreadable ({type(err).__name__}: {err}); "
                          "the run's logs are untouched: move the file away to restart from step 0") from err
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path} is not a bebop RL checkpoint ({FORMAT})")
-    missing = [k for k in _KEYS if k not in state]
+    if not isinstance(state, dict) or state.get("format") != format:
+        raise ValueError(f"checkpoint {path} is not a {format} checkpoint")
+    missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"checkpoint {path} is incomplete: missing {missing}")
     return state

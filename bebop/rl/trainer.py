@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from bebop import distributed
 from bebop.data.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
 from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine import Engine
@@ -44,9 +45,11 @@ from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
+from bebop.rl.parallel import check_world, combine_records, empty_micro_batches, rank_block, rank_seed
 from bebop.rl.resume import load_checkpoint, save_checkpoint
 from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.runlog import RunWriter
+from bebop.runlog.null import NullWriter
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
@@ -83,7 +86,7 @@ def _snapshot(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 @torch.no_grad()
 def _copy_into(snapshot: torch.nn.Module, source: torch.nn.Module) -> None:
     for dst, src in zip(snapshot.parameters(), source.parameters(), strict=True):
-        dst.copy_(src)
+        dst.copy_(distributed.full_tensor(src))  # a sharded policy's whole weights (a collective)
 
 
 class Trainer:
@@ -103,6 +106,10 @@ class Trainer:
             raise ValueError(f"rollout {config.rollout!r} drafts with an MTP head: pass head=")
         if head is not None:
             check_head_fits(head.config, model.config)
+        self.rank, self.world = distributed.rank(), distributed.world()
+        check_world(config.prompts_per_step, self.world)
+        if self.world > 1 and config.mtp != "frozen":
+            raise ValueError(f"mtp {config.mtp!r} under torchrun is not supported yet: use --mtp frozen")
         if task is None:
             from bebop.data.tasks import task_for
 
@@ -124,21 +131,27 @@ class Trainer:
         self.policy = copy.deepcopy(model).float().to(self.device).train()
         self.head = copy.deepcopy(head).float().to(self.device).eval() if (head is not None and config.uses_head) \
             else None
+        self.reference = _snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
+        num_parameters = self.policy.num_parameters()
+        if self.world > 1:
+            distributed.shard(self.policy, self.policy.model.layers, methods=("forward_shared_prefix",))
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
                                 depth=config.mtp_depth, temperature=config.temperature,
                                 vocab_limit=self.vocab_limit)
-        self.reference = _snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
         self.start_step, self.version = 0, 0
         if checkpoint is not None:
             self._restore(checkpoint)
-        self.gen_policy = _snapshot(self.policy, self.gen_dtype)
+        # From the caller's model (a sharded policy is not copyable), then refreshed from the policy's full weights.
+        self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
         self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
+        self._refresh_snapshot()
         self.engine = Engine(self.gen_policy, self.gen_head)
+        meta = {"policy_parameters": num_parameters, "device": str(self.device), "world_size": self.world,
+                **(meta_extra or {}),
+                **rl_setup(config, self.head, getattr(task, "name", config.task))}
         self.writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=resume, name=name,
-                                meta_extra={"policy_parameters": self.policy.num_parameters(), "device": str(self.device),
-                                            **(meta_extra or {}),
-                                            **rl_setup(config, self.head, getattr(task, "name", config.task))})
+                                meta_extra=meta) if distributed.is_main() else NullWriter(name or self.run_dir.name)
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
@@ -150,7 +163,7 @@ class Trainer:
         # Half the cores per phase in both modes: async runs two phases at once, and sync gets the same
         # per-phase compute so the modes compare fairly. Oversubscribing OpenMP is the trap to avoid: on a
         # busy 2-core box, sync with 2 threads measured 30-100x slower than with 1 (spinning barriers).
-        torch.set_num_threads(self.config.threads or max(1, (os.cpu_count() or 1) // 2))
+        torch.set_num_threads(self.config.threads or max(1, (os.cpu_count() or 1) // 2 // distributed.local_world()))
 
     def _check_resumable(self, saved: dict) -> None:
         current = self.config.to_dict()
@@ -161,8 +174,10 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         try:
-            self.policy.load_state_dict(state["policy"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if state.get("world_size", 1) != self.world:
+                raise ValueError(f"it was written by {state.get('world_size', 1)} processes, this run has {self.world}")
+            distributed.load_model_state(self.policy, state["policy"])
+            distributed.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
             if (state["head"] is None) != (self.head is None):
                 raise ValueError("the checkpoint's head does not match this run's rollout mode")
             if self.head is not None:
@@ -174,18 +189,23 @@ class Trainer:
         self.start_step, self.version = int(state["step"]) + 1, int(state["policy_version"])
 
     def _checkpoint(self, step: int) -> None:
-        save_checkpoint(self.run_dir, {
-            "step": step, "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "head": None if self.head is None else self.head.state_dict(),
-            "mtp_optimizer": self.online.state_dict(), "rng": torch.get_rng_state(),
-            "policy_version": self.version, "config": self.config.to_dict()})
+        policy = distributed.model_state(self.policy)  # collectives: every rank gathers, rank 0 writes
+        optimizer = distributed.optimizer_state(self.policy, self.optimizer)
+        if distributed.is_main():
+            save_checkpoint(self.run_dir, {
+                "step": step, "policy": policy, "optimizer": optimizer, "world_size": self.world,
+                "head": None if self.head is None else self.head.state_dict(),
+                "mtp_optimizer": self.online.state_dict(), "rng": torch.get_rng_state(),
+                "policy_version": self.version, "config": self.config.to_dict()})
+        distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     # ------------------------------------------------------------------------------------- generation
     def generation_config(self, step: int) -> GenerationConfig:
         c = self.config
         gamma = 0 if c.rollout == "none" else c.gamma
         return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, gamma=gamma,
-                                method="rs" if c.rollout == "none" else c.rollout, seed=step_seed(c.seed, step))
+                                method="rs" if c.rollout == "none" else c.rollout,
+                                seed=rank_seed(step_seed(c.seed, step), self.rank))
 
     def _refresh_snapshot(self) -> None:
         _copy_into(self.gen_policy, self.policy)
@@ -195,6 +215,7 @@ class Trainer:
     def _generate(self, step: int, version: int) -> RolloutBatch:
         c = self.config
         examples = sample_examples(self.task, c.prompts_per_step, c.group_size, step_seed(c.seed, step), c.level)
+        examples = rank_block(examples, self.rank, self.world)  # the ranks' blocks, in order, are the global batch
         return collect(self.engine, self.task, self.tokenizer, examples, self.generation_config(step),
                        policy_version=version, pad_id=self.tokenizer.pad_id, prompt_format=self.prompt_format)
 
@@ -211,7 +232,7 @@ class Trainer:
         self.policy.train()
         batch = batch.to(self.device)
         advantages = group_advantages(batch.rewards, c.group_size)  # [N]
-        num_tokens = batch.policy_mask.sum()
+        num_tokens = distributed.all_reduce(batch.policy_mask.sum())  # the global batch's token count
         keep = self.online.trains  # the online head trains on the backbone's activations of every row
         N, L = batch.tokens.shape
         d = self.policy.config.hidden_size
@@ -219,14 +240,17 @@ class Trainer:
         totals: dict[str, torch.Tensor] = {}
         self.optimizer.zero_grad(set_to_none=True)
         groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
-        for part in micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), c.micro_batch_tokens):
+        parts = micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), c.micro_batch_tokens)
+        for k, part in enumerate(parts + parts[-1:] * empty_micro_batches(len(parts))):
             layout = SharedPromptLayout(batch, part)
+            if k >= len(parts):  # an empty micro-batch: the same collectives as the other ranks', no gradient
+                layout.mask = torch.zeros_like(layout.mask)
             stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens)
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
             if keep:
                 hidden[layout.index] = layout.rows(outputs[1].detach().float(), outputs[3].detach().float())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip)
+        grad_norm = distributed.full_tensor(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip))
         self.optimizer.step()
         self.version += 1
         mid = time.perf_counter()
@@ -283,7 +307,8 @@ class Trainer:
                 record = self._record(step, batch, update, wait, last_end)
                 last_end = time.perf_counter()
                 self.writer.log("train", record)
-                self._log_samples(step, batch)
+                if distributed.is_main():
+                    self._log_samples(step, batch)
                 self.history.append(record)
                 if (c.checkpoint_every and (step + 1) % c.checkpoint_every == 0) or step + 1 == c.steps:
                     self._checkpoint(step)
@@ -332,7 +357,7 @@ class Trainer:
         }
         if "spec/num_drafts" in rollout.stats:
             record["spec/gamma"], record["spec/method"] = rollout.stats["spec/gamma"], rollout.stats["spec/method"]
-        return record
+        return combine_records(record, batch.rewards, len(policy_entropy))
 
     def _log_samples(self, step: int, batch: RolloutBatch) -> None:
         """A few completions, one per group first, with per-token pieces for the dashboard's Samples page."""

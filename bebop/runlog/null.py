@@ -1,0 +1,33 @@
+"""`NullWriter`: what a process that must not write the run directory holds instead of a `RunWriter` (a torchrun rank
+other than 0: rank 0 alone writes). Same calls, no effect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NullWriter:
+    def __init__(self, name: str):
+        self.meta = {"name": name}
+        self.last_step = None
+
+    def log(self, stream: str, record: Any) -> None:
+        pass
+
+    def status(self, **fields: Any) -> None:
+        pass
+
+    def rewind(self, step: int) -> None:
+        pass
+
+    def add_mirror(self, mirror: Any) -> None:
+        pass
+
+    def close(self, state: str = "finished", message: str | None = None) -> None:
+        pass
+
+    def __enter__(self) -> NullWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass

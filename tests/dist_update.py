@@ -1,0 +1,89 @@
+"""One GRPO update on a fixed global batch, as one process or as one rank of torchrun (tests/test_distributed.py).
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_update.py OUT.pt
+
+Every rank builds the same global batch (8 rows, 4 prompts: two with long completions, two with short ones, so under
+a small micro-batch budget rank 0 runs two micro-batches and rank 1 one) and updates on its block of prompt groups;
+rank 0 writes the summed loss, the gradient norm, the whole (clipped) gradients and the updated weights to OUT.pt.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+
+import torch
+
+from bebop import distributed
+from bebop.data.tasks import Example
+from bebop.data.tokenizer import CharTokenizer
+from bebop.engine.rollout import Rollout
+from bebop.models.config import ModelConfig
+from bebop.models.transformer import Transformer
+from bebop.rl import RLConfig, Trainer
+from bebop.rl.batch import RolloutBatch, align
+from bebop.rl.parallel import rank_block
+
+MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=32, max_position_embeddings=512)
+CONFIG = RLConfig.tiny(rollout="none", mode="sync", prompts_per_step=4, group_size=2, kl_coef=0.1,
+                       micro_batch_tokens=80, grad_clip=0.05)  # a clip that bites: the norm must be global
+COMPLETION_LENGTHS = [30, 27, 24, 30, 3, 2, 4, 3]  # rows, group by group
+
+
+class Toy:
+    name = "toy"
+
+
+def model_and_tokenizer() -> tuple[Transformer, CharTokenizer]:
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    return Transformer(ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)), tok
+
+
+def global_rows() -> tuple[list[list[int]], Rollout, list[float]]:
+    """(prompts [8], rollout, rewards [8]) of the fixed global batch: deterministic, no sampling."""
+    g = torch.Generator().manual_seed(1)
+    prompts, tokens, logprobs = [], [], []
+    for i, length in enumerate(COMPLETION_LENGTHS):
+        if i % CONFIG.group_size == 0:
+            prompt = torch.randint(3, 60, (5 + i // 2,), generator=g).tolist()
+        prompts.append(prompt)
+        tokens.append(torch.randint(3, 60, (length,), generator=g).tolist())
+        logprobs.append((-2.0 - torch.rand(length, generator=g)).tolist())
+    rollout = Rollout(tokens=tokens, logprobs=logprobs, entropy=[[0.5] * len(t) for t in tokens],
+                      origin=[["plain"] * len(t) for t in tokens], finish_reason=["stop"] * len(tokens))
+    rewards = [1.0, 0.0, 0.3, 0.9, 0.0, 1.0, 0.5, 0.4]
+    return prompts, rollout, rewards
+
+
+def batch_of(rows: list[int]) -> RolloutBatch:
+    prompts, rollout, rewards = global_rows()
+    part = Rollout(**{k: [getattr(rollout, k)[i] for i in rows] for k in
+                      ("tokens", "logprobs", "entropy", "origin", "finish_reason")})
+    chosen = [prompts[i] for i in rows]
+    examples = [Example(prompt="p", answer=0, level=1, task="toy") for _ in rows]
+    return RolloutBatch(examples, chosen, part, ["x"] * len(rows), torch.tensor([rewards[i] for i in rows]),
+                        *align(chosen, part, 0), policy_version=0, gen_time_s=0.0, gen_interval=(0.0, 0.0))
+
+
+def update(run_dir: str) -> dict:
+    """This process's update on its block of the global batch; the whole results on every rank."""
+    model, tok = model_and_tokenizer()
+    trainer = Trainer(CONFIG, model, tok, run_dir=run_dir, task=Toy())
+    rows = rank_block(list(range(len(COMPLETION_LENGTHS))), distributed.rank(), distributed.world())
+    metrics = trainer.update(batch_of(rows)).metrics
+    names = [n for n, _ in trainer.policy.named_parameters()]
+    params = list(trainer.policy.parameters())
+    return {"loss": float(distributed.all_reduce(metrics["actor/loss"])), "grad_norm": metrics["actor/grad_norm"],
+            "grads": {n: distributed.full_tensor(p.grad).clone() for n, p in zip(names, params)},
+            "params": {n: distributed.full_tensor(p.detach()).clone() for n, p in zip(names, params)}}
+
+
+if __name__ == "__main__":
+    distributed.init("cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = update(tmp)
+    if distributed.is_main():
+        torch.save(result, sys.argv[1])
+    distributed.finish()
