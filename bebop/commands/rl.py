@@ -109,7 +109,6 @@ def finished_step(out: Path, config: RLConfig) -> int | None:
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...` (bebop.rl.parallel)."""
     from bebop import distributed
-    from bebop.device import resolve_device
 
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     world = distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, here
