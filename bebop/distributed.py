@@ -14,6 +14,7 @@ it, in the same order).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -123,6 +124,20 @@ def all_reduce_grads(parameters) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- FSDP2
+@contextlib.contextmanager
+def unsharded(model: torch.nn.Module):
+    """Within: the root's own parameters (those no block holds: embedding, final norm, LM head) are whole tensors,
+    for code that reads them outside `forward` (the MTP head). A no-op for a model that is not sharded."""
+    if not hasattr(model, "unshard"):
+        yield model
+        return
+    model.unshard()
+    try:
+        yield model
+    finally:
+        model.reshard()
+
+
 def shard(model: torch.nn.Module, blocks, methods: tuple[str, ...] = ()) -> torch.nn.Module:
     """FSDP2 over all ranks: each module of `blocks` sharded on its own, then the root; `methods` are root methods
     other than `forward` that run the model (FSDP2 hooks them too). Gradients are summed over the ranks, not

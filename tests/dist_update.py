@@ -1,10 +1,11 @@
 """One GRPO update on a fixed global batch, as one process or as one rank of torchrun (tests/test_distributed.py).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_update.py OUT.pt
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_update.py OUT.pt [frozen|online-tv]
 
 Every rank builds the same global batch (8 rows, 4 prompts: two with long completions, two with short ones, so under
 a small micro-batch budget rank 0 runs two micro-batches and rank 1 one) and updates on its block of prompt groups;
-rank 0 writes the summed loss, the gradient norm, the whole (clipped) gradients and the updated weights to OUT.pt.
+rank 0 writes the summed loss, the gradient norm, the whole (clipped) gradients and the updated weights to OUT.pt;
+with "online-tv" the MTP head's loss, gradients and updated weights too (its step on the ranks' rows).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bebop.data.tasks import Example
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine.rollout import Rollout
 from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.rl import RLConfig, Trainer
 from bebop.rl.batch import RolloutBatch, align
@@ -35,10 +37,11 @@ class Toy:
     name = "toy"
 
 
-def model_and_tokenizer() -> tuple[Transformer, CharTokenizer]:
+def model_and_tokenizer() -> tuple[Transformer, MTPHead, CharTokenizer]:
     tok = CharTokenizer()
     torch.manual_seed(0)
-    return Transformer(ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)), tok
+    config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
+    return Transformer(config), MTPHead(config), tok
 
 
 def global_rows() -> tuple[list[list[int]], Rollout, list[float]]:
@@ -67,23 +70,30 @@ def batch_of(rows: list[int]) -> RolloutBatch:
                         *align(chosen, part, 0), policy_version=0, gen_time_s=0.0, gen_interval=(0.0, 0.0))
 
 
-def update(run_dir: str) -> dict:
+def update(run_dir: str, mtp: str = "frozen") -> dict:
     """This process's update on its block of the global batch; the whole results on every rank."""
-    model, tok = model_and_tokenizer()
-    trainer = Trainer(CONFIG, model, tok, run_dir=run_dir, task=Toy())
+    model, head, tok = model_and_tokenizer()
+    config = CONFIG if mtp == "frozen" else CONFIG.replace(rollout="rs", mtp=mtp, mtp_lr=1e-2, mtp_grad_clip=0.05)
+    trainer = Trainer(config, model, tok, head=head if config.uses_head else None, run_dir=run_dir, task=Toy())
     rows = rank_block(list(range(len(COMPLETION_LENGTHS))), distributed.rank(), distributed.world())
     metrics = trainer.update(batch_of(rows)).metrics
     names = [n for n, _ in trainer.policy.named_parameters()]
     params = list(trainer.policy.parameters())
-    return {"loss": float(distributed.all_reduce(metrics["actor/loss"])), "grad_norm": metrics["actor/grad_norm"],
-            "grads": {n: distributed.full_tensor(p.grad).clone() for n, p in zip(names, params)},
-            "params": {n: distributed.full_tensor(p.detach()).clone() for n, p in zip(names, params)}}
+    out = {"loss": float(distributed.all_reduce(metrics["actor/loss"])), "grad_norm": metrics["actor/grad_norm"],
+           "grads": {n: distributed.full_tensor(p.grad).clone() for n, p in zip(names, params)},
+           "params": {n: distributed.full_tensor(p.detach()).clone() for n, p in zip(names, params)}}
+    if trainer.head is not None:  # replicated on every rank: plain tensors
+        out["head"] = {"loss": metrics["mtp/loss/e2e_tv"], "grad_norm": metrics["mtp/grad_norm"],
+                       "d_tv": metrics["mtp/d_tv_mean"],
+                       "grads": {n: p.grad.clone() for n, p in trainer.head.named_parameters()},
+                       "params": {n: p.detach().clone() for n, p in trainer.head.named_parameters()}}
+    return out
 
 
 if __name__ == "__main__":
     distributed.init("cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        result = update(tmp)
+        result = update(tmp, *sys.argv[2:3])
     if distributed.is_main():
         torch.save(result, sys.argv[1])
     distributed.finish()

@@ -99,12 +99,13 @@ def test_one_process_is_world_one_and_helpers_are_the_identity():
 
 
 # --------------------------------------------------------------------------------------------------- torchrun
-def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path):
+@pytest.mark.parametrize("mtp", ["frozen", "online-tv"])
+def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path, mtp):
     import dist_update
 
-    torchrun(str(TESTS / "dist_update.py"), str(tmp_path / "two.pt"))
+    torchrun(str(TESTS / "dist_update.py"), str(tmp_path / "two.pt"), mtp)
     two = torch.load(tmp_path / "two.pt", weights_only=True)
-    one = dist_update.update(str(tmp_path / "one"))
+    one = dist_update.update(str(tmp_path / "one"), mtp)
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
     assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
     assert one["grad_norm"] > dist_update.CONFIG.grad_clip  # the clip acted, with the global norm
@@ -113,6 +114,19 @@ def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path):
         assert grad.abs().sum() > 0, name
         torch.testing.assert_close(two["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
         torch.testing.assert_close(two["params"][name], one["params"][name], rtol=1e-5, atol=1e-7, msg=name)
+    if mtp == "frozen":
+        return
+    # The online head: trained on each rank's rows, its gradients summed, the step of one process on all rows.
+    for key in ("loss", "grad_norm", "d_tv"):
+        assert two["head"][key] == pytest.approx(one["head"][key], rel=1e-5), key
+    assert one["head"]["grad_norm"] > 0.05  # the head's clip acted too, with the global norm
+    for name, grad in one["head"]["grads"].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(two["head"]["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+        # Adam's first step is lr·g/(|g| + eps): where |g| is near eps (1e-8) float noise in g moves it, so the
+        # updated weights agree to a small fraction of one step (mtp_lr = 1e-2), not to float precision.
+        torch.testing.assert_close(two["head"]["params"][name], one["head"]["params"][name], rtol=1e-5, atol=1e-4,
+                                   msg=name)
 
 
 def test_rl_on_two_ranks_logs_each_step_once_and_checkpoints(tmp_path):

@@ -18,13 +18,16 @@ head drafts at rollout. The trainer hands in the backbone's hidden states, not i
 would not fit at a real vocabulary): the loss sends the valid anchors' hidden states through the LM head in row
 chunks (`bebop.losses.draft_loss_from_hidden`), the same LM head the head drafts through, i.e. the policy's
 after its step. The head's chain runs `micro_batch_rows` rows at a time with the gradient accumulated, each
-micro-batch weighted by its share of the valid anchors, so the step equals one step on all rows at once.
+micro-batch weighted by its share of the valid anchors, so the step equals one step on all rows at once. Under
+torchrun each rank trains its own rows, weighted by their share of the global batch's anchors, and the head's
+gradients are summed over the ranks (every rank holds the whole head), which is the single-process step.
 """
 
 from __future__ import annotations
 
 import torch
 
+from bebop import distributed
 from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden
 from bebop.models.mtp import MTPHead, chain_targets
 
@@ -75,7 +78,7 @@ class OnlineMTP:
         target_hidden, labels, mask = chain_targets(hidden, tokens, self.depth, lengths)  # [B, L, γ, d]
         anchors = torch.arange(L, device=tokens.device)  # [L]
         mask = mask & (anchors[None, :] >= prompt_lengths.to(tokens.device)[:, None] - 1)  # [B, L]
-        total = int(mask.sum())
+        total = int(distributed.all_reduce(mask.sum()))  # under torchrun: the global batch's anchors
         if total == 0:
             return {"mtp/online_update": 0}
         self.head.train()
@@ -88,9 +91,11 @@ class OnlineMTP:
                 loss, d_tv = self._micro_step(backbone, hidden[rows], tokens[rows], target_hidden[rows],
                                               labels[rows], mask[rows], count / total)
                 loss_sum, d_tv_sum = loss_sum + loss * count, d_tv_sum + d_tv
+        distributed.all_reduce_grads(self.head.parameters())  # every rank's replica takes the global step
         grad_norm = torch.nn.utils.clip_grad_norm_(self.head.parameters(), self.grad_clip)
         self.optimizer.step()
         self.head.eval()
+        loss_sum, d_tv_sum = (float(distributed.all_reduce(float(x))) for x in (loss_sum, d_tv_sum))
         return {f"mtp/loss/{self.objective}": loss_sum / total, "mtp/d_tv_mean": d_tv_sum / total,
                 "mtp/grad_norm": float(grad_norm), "mtp/online_update": 1}
 

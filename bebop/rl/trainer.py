@@ -108,8 +108,6 @@ class Trainer:
             check_head_fits(head.config, model.config)
         self.rank, self.world = distributed.rank(), distributed.world()
         check_world(config.prompts_per_step, self.world)
-        if self.world > 1 and config.mtp != "frozen":
-            raise ValueError(f"mtp {config.mtp!r} under torchrun is not supported yet: use --mtp frozen")
         if task is None:
             from bebop.data.tasks import task_for
 
@@ -254,7 +252,8 @@ class Trainer:
         self.optimizer.step()
         self.version += 1
         mid = time.perf_counter()
-        mtp = self.online.update(self.policy, hidden, batch.tokens, batch.lengths, batch.prompt_lengths)
+        with distributed.unsharded(self.policy):  # the head reads the backbone's embedding and LM head whole
+            mtp = self.online.update(self.policy, hidden, batch.tokens, batch.lengths, batch.prompt_lengths)
         end = time.perf_counter()
         metrics = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
         metrics.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
