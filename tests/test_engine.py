@@ -79,6 +79,11 @@ def _exact_first_three(model: Transformer, prompt: list[int], vocab: int) -> tor
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["rs", "to"])
 def test_first_three_tokens_match_plain_sampling(method):
+    check_first_three_tokens(method, torch.device("cpu"))
+
+
+def check_first_three_tokens(method: str, device: torch.device, *, compile: bool = False) -> None:
+    """RS / TO at γ = 1, 2 draw the first three tokens from plain sampling's exact law (chi-square), on `device`."""
     vocab, n = 5, 24_000
     config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
@@ -91,7 +96,7 @@ def test_first_three_tokens_match_plain_sampling(method):
         head.fc.weight[:, : config.hidden_size].add_(noise * 0.4)
     prompt = [1, 2]
     exact = _exact_first_three(model, prompt, vocab).flatten()
-    engine = Engine(model, head)
+    engine = Engine(model.to(device), head.to(device), compile=compile)
     for gamma in (1, 2):
         rollout = engine.generate([prompt] * n, GenerationConfig(max_new_tokens=3, gamma=gamma, method=method, seed=7))
         codes = torch.tensor([t[0] * vocab * vocab + t[1] * vocab + t[2] for t in rollout.tokens])

@@ -23,62 +23,25 @@ from __future__ import annotations
 
 import time
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator
 
 import torch
+from torch.utils._pytree import tree_map_only
 
+from bebop.engine.batch import Batch, pad_feeds, rows_of
+from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
+from bebop.engine.transfer import host_copy, to_device
 from bebop.metrics import SpecCounters, derive, entropy
-from bebop.models.kvcache import KVCache
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
 from bebop.sampling import probs_from_logits, sample
 
 
-@dataclass
-class _Batch:
-    """The active rows of a generation and their device state."""
-
-    rows: list[int]  # original prompt index of each active row
-    lengths: list[int]  # host copy of the target cache length per row (bounds checks without a sync)
-    pending: torch.Tensor  # [B] the token at position `lengths`, not yet in the target cache
-    cache: KVCache
-    draft_cache: KVCache | None = None
-    draft_logits: torch.Tensor | None = None  # [B, V] the head's step-1 logits for the next draft
-    draft_hidden: torch.Tensor | None = None  # [B, 1, d] the head's step-1 output hidden
-
-    def keep(self, keep: list[int]) -> None:
-        index = torch.tensor(keep, dtype=torch.long, device=self.pending.device)
-        self.rows = [self.rows[i] for i in keep]
-        self.lengths = [self.lengths[i] for i in keep]
-        self.pending = self.pending[index]
-        self.cache.keep(index)
-        if self.draft_cache is not None:
-            self.draft_cache.keep(index)
-            self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
-
-
-def _pad(feeds: list[tuple[int, int, list[int]]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The feeds' token runs right-padded with 0 [F, W], their start positions [F] and last indices [F]."""
-    tokens = torch.zeros(len(feeds), max(len(t) for _, _, t in feeds), dtype=torch.long)
-    for r, (_, _, feed) in enumerate(feeds):
-        tokens[r, : len(feed)] = torch.as_tensor(feed, dtype=torch.long)
-    starts = torch.tensor([s for _, s, _ in feeds], device=device)
-    last = torch.tensor([len(t) - 1 for _, _, t in feeds], device=device)
-    return tokens.to(device), starts, last
-
-
-@contextmanager
-def _rows_of(cache: KVCache, index: torch.Tensor, whole: bool) -> Iterator[KVCache]:
-    """Rows `index` of `cache` to write into: the cache itself when they are all of it, else a copy of them that is
-    written back at the end of the block."""
-    sub = cache if whole else cache.select(index)
-    yield sub
-    if not whole:
-        cache.assign(index, sub)
+def _graphed(fn):
+    """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses."""
+    compiled = torch.compile(fn, dynamic=True, mode="reduce-overhead")
+    return lambda *args, **kwargs: tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
 
 
 class Engine:
@@ -94,17 +57,34 @@ class Engine:
     uniforms drawn from the engine's generator, so from the same seed the compiled engine draws what the eager one
     draws. Parameters stay graph inputs (no freezing), so a policy that an optimiser updates in place is sampled
     as updated.
+
+    On CUDA, compile=True also runs each step phase as CUDA graphs (mode="reduce-overhead"): a step of a small or
+    mid-sized model is otherwise bound by launching hundreds of kernels from Python, not by the GPU. A graph
+    replays fixed shapes at fixed addresses, so the engine keeps both fixed (bebop.engine.buckets): rows padded up
+    to a few batch sizes (finished rows stay as padding until the survivors fit a smaller size), attended slots
+    rounded up, and KV caches that persist across steps and calls (`CachePool`, marked static because the graphs
+    write into them). The graphs' outputs are cloned as they come out, because a later replay reuses their memory.
+    Prefill keeps dynamic shapes without graphs (a graph per prompt width would rarely be replayed). The host
+    tables (row indices, prompt feeds) go up from pinned memory without blocking, and the one table that comes
+    back per step is the step's only host sync (marked HOST SYNC; bebop.engine.transfer). `buckets` overrides
+    the padding (default: `Buckets()` for CUDA graphs, else `Buckets.exact()`); it changes no row's output.
     """
 
-    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False):
+    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False,
+                 buckets: Buckets | None = None):
         self.model, self.mtp, self.compiled = model, mtp, compile
         self.config = model.config
         if mtp is not None:
             check_head_fits(mtp.config, self.config)
+        self.cudagraphs = compile and self.device.type == "cuda"
+        self.buckets = buckets or (Buckets() if self.cudagraphs else Buckets.exact())
+        self.pool = CachePool(static=self.cudagraphs) if self.buckets.padded else None
         if compile:
             # Dynamo's recompile limit (8) counts per code object, over every model a process compiles: two
             # models' graphs of Transformer.forward would exhaust it and silently fall back to eager.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        if self.cudagraphs:  # one graph is recorded per bucket shape: more than the default warning's 8
+            torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None
         # On CPU the generated Python wrapper that calls a graph's few dozen kernels costs about as much as the
         # small kernels themselves; a C++ wrapper (the same kernels) measured faster plain steps, most at batch 1,
         # and compiles no slower (README, Benchmarks).
@@ -114,7 +94,8 @@ class Engine:
         self.target_step = wrap(model.forward)
         self.head_step = None if mtp is None else wrap(mtp.forward_cached)
         # A decoding step's device work (bebop.engine.step), each phase one graph when compiled.
-        self.draft_step, self.verify_step, self.catch_up_step = wrap(draft), wrap(verify_rows), wrap(catch_up)
+        step_wrap = _graphed if self.cudagraphs else wrap
+        self.draft_step, self.verify_step, self.catch_up_step = (step_wrap(f) for f in (draft, verify_rows, catch_up))
 
     @property
     def device(self) -> torch.device:
@@ -187,32 +168,39 @@ class Engine:
         if config.profile and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _new_batch(self, prompts: list[list[int]], config: GenerationConfig) -> _Batch:
-        n, device = len(prompts), self.device
-        max_len = max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1
-        batch = _Batch(list(range(n)), [0] * n, torch.zeros(n, dtype=torch.long, device=device),
-                       self.model.new_cache(n, max_len))
+    def _cache(self, owner: torch.nn.Module, rows: int, max_len: int):
+        return owner.new_cache(rows, max_len) if self.pool is None else self.pool.get(owner, rows, max_len)
+
+    def _new_batch(self, prompts: list[list[int]], config: GenerationConfig) -> Batch:
+        n, device, rows = len(prompts), self.device, self.buckets.capacity(len(prompts))
+        max_len = self.buckets.cache_len(max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1,
+                                         self.config.max_position_embeddings)
+        batch = Batch(list(range(n)), [0] * n, list(range(n)), torch.zeros(rows, dtype=torch.long, device=device),
+                       self._cache(self.model, rows, max_len))
         if config.gamma > 0:
-            batch.draft_cache = self.mtp.new_cache(n, max_len)
-            batch.draft_hidden = torch.zeros(n, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
-            batch.draft_logits = torch.zeros(n, self.config.vocab_size, dtype=batch.cache.dtype, device=device)
+            batch.draft_cache = self._cache(self.mtp, rows, max_len)
+            batch.draft_hidden = torch.zeros(rows, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
+            batch.draft_logits = torch.zeros(rows, self.config.vocab_size, dtype=batch.cache.dtype, device=device)
         return batch
 
-    def _feed(self, batch: _Batch, feeds: list[tuple[int, int, list[int]]], config, generator) -> list[list[float]]:
+    def _feed(self, batch: Batch, feeds: list[tuple[int, int, list[int]]], config, generator) -> list[list[float]]:
         """Prefill token runs into some rows and sample each row's next token from the target.
 
         feeds: (row in batch, start position, tokens) — a prompt at 0, or [stop token, env reply...] where a row
         parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
         head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
-        index = torch.tensor([i for i, _, _ in feeds], dtype=torch.long, device=self.device)  # [F]
-        tokens, starts, last = _pad(feeds, self.device)  # [F, W], [F], [F]
+        slots = [batch.slots[i] for i, _, _ in feeds]
+        index = to_device(slots, self.device)  # [F]
+        tokens, starts, last = pad_feeds(feeds, self.device)  # [F, W], [F], [F]
         rows = torch.arange(len(feeds), device=self.device)  # [F]
         kv_len = max(s for _, s, _ in feeds) + tokens.shape[1]
-        whole = [i for i, _, _ in feeds] == list(range(len(batch.rows)))  # e.g. prefill: no sub-cache copies
+        whole = slots == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-cache copies
         for cache in (batch.cache, batch.draft_cache):
-            if cache is not None:
-                cache.grow(kv_len)
-        with _rows_of(batch.cache, index, whole) as cache:
+            if cache is not None and kv_len > cache.max_len:
+                cache.grow(self.buckets.cache_len(kv_len))
+                if self.pool is not None:
+                    self.pool.mark(cache)
+        with rows_of(batch.cache, index, whole) as cache:
             cache.lengths.copy_(starts)
             _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
             target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
@@ -222,7 +210,7 @@ class Engine:
             # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
             next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [F, W]
             next_tokens[rows, last] = token
-            with _rows_of(batch.draft_cache, index, whole) as draft_cache:
+            with rows_of(batch.draft_cache, index, whole) as draft_cache:
                 draft_cache.lengths.copy_(starts)
                 _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
                                                  kv_len=kv_len, compute_logits=False)  # [F, W, d]
@@ -233,9 +221,10 @@ class Engine:
         for (i, s, feed) in feeds:
             batch.lengths[i] = s + len(feed)
         logp = target_probs.gather(-1, token[:, None])[:, 0].log()  # [F]
-        return torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1).tolist()  # HOST SYNC
+        table = torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1)  # [F, 3]
+        return host_copy(table).tolist()  # HOST SYNC (a feed: the prefill, or a step's rows that got env replies)
 
-    def _settle(self, batch: _Batch, feeds, config, generator, out: RolloutBuilder) -> None:
+    def _settle(self, batch: Batch, feeds, config, generator, out: RolloutBuilder) -> None:
         """Feed, then keep feeding rows whose first sampled token was a stop the env replied to; drop finished rows."""
         done = set()
         while feeds:
@@ -249,20 +238,24 @@ class Engine:
                     parked.append((i, batch.lengths[i], [int(token), *reply]))
             feeds = parked
         if done:
-            batch.keep([i for i in range(len(batch.rows)) if i not in done])
+            batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
-    def _step(self, batch: _Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
+    def _step(self, batch: Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
         gamma, sampling = config.gamma, config.sampling
-        kv_len = max(batch.lengths) + gamma + 1
+        kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0 = time.perf_counter()
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
+        if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
+            uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
+                0, to_device(batch.slots, self.device), uniforms)  # [P, n]
         # 1. draft
         if gamma > 0:
             draft_tokens, draft_probs = self.draft_step(
                 self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
-                kv_len=kv_len - 1, gamma=gamma, method=config.method, sampling=sampling)  # [B, γ], [B, γ, V] | None
+                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
+                method=config.method, sampling=sampling)  # [P, γ], [P, γ, V] | None
         else:
-            draft_tokens, draft_probs = torch.empty(len(batch.rows), 0, dtype=torch.long, device=self.device), None
+            draft_tokens, draft_probs = torch.empty(batch.capacity, 0, dtype=torch.long, device=self.device), None
         self._sync(config)
         t1 = time.perf_counter()
         # 2. verify: one target forward over the pending token and the drafts
@@ -272,16 +265,18 @@ class Engine:
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
-        results = [unpack_host_row(row, gamma) for row in host.tolist()]  # HOST SYNC
+        table = host_copy(host).tolist()  # HOST SYNC
+        results = [unpack_host_row(table[slot], gamma) for slot in batch.slots]
         if gamma > 0:
             verdicts += [[r.num_accepted, *r.verified_entropies] for r in results]
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
         keep, parked = self._retire(batch, results, gamma, out)
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
-            index = torch.tensor(keep, dtype=torch.long, device=self.device)
-            num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted, hidden))
-            batch.keep(keep)
+            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep)
+            if index is not None:
+                num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
+                                                                                hidden))
         if batch.rows:
             accepted_host = [results[i].num_accepted for i in keep]
             self._advance(batch, num_accepted, accepted_host, next_token, emitted, hidden, config)
@@ -293,7 +288,7 @@ class Engine:
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
 
-    def _retire(self, batch: _Batch, results: list[StepRow], gamma: int,
+    def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
         """Append each row's emitted tokens to `out`. Returns the rows that go on (indices into the batch) and the
         parked rows' feeds for `_settle`: (index among the kept rows, start position, [stop token, env reply...])."""
@@ -308,14 +303,19 @@ class Engine:
                 parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [r.tokens[stop_at], *reply]))
         return keep, parked
 
-    def _advance(self, batch: _Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
+    def _advance(self, batch: Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
                  config) -> None:
         if config.gamma > 0:
             batch.draft_hidden, batch.draft_logits = self.catch_up_step(
                 self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
-                kv_len=max(batch.lengths) + config.gamma + 1)
+                kv_len=self.buckets.kv_len(max(batch.lengths) + config.gamma + 1, batch.cache.max_len))
         else:
             batch.cache.lengths += num_accepted + 1
+        if batch.capacity > len(batch.rows):
+            # Padding rows advance too; held where their next writes still fit (live rows never get that far).
+            for cache in (batch.cache, batch.draft_cache):
+                if cache is not None:
+                    cache.lengths.clamp_(max=cache.max_len - config.gamma - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
 

@@ -91,6 +91,16 @@ class KVCache:
         self.v.index_copy_(1, rows, sub.v)
         self.lengths.index_copy_(0, rows, sub.lengths)
 
+    def copy_rows_to(self, rows: torch.Tensor, out: "KVCache") -> None:
+        """Write rows `rows` ([out.batch] long) of this cache into `out`'s own buffers (same max_len): a `keep` into
+        preallocated buffers, whose addresses stay (what CUDA graphs record)."""
+        if rows.numel() != out.batch or out.max_len != self.max_len:
+            raise ValueError(f"copy_rows_to: {rows.numel()} rows of max_len {self.max_len} into a cache of "
+                             f"batch={out.batch}, max_len={out.max_len}")
+        torch.index_select(self.k, 1, rows, out=out.k)
+        torch.index_select(self.v, 1, rows, out=out.v)
+        torch.index_select(self.lengths, 0, rows, out=out.lengths)
+
     def grow(self, max_len: int) -> None:
         """Make room for `max_len` slots per row (a no-op if there is room): a padded multi-row write reaches
         max(lengths) + width, past what any single row needs, e.g. when environment replies of different

@@ -18,8 +18,9 @@ together, as a `torch.compile` graph; records carry `compiled`), unless --no-com
 speedup and theory are against compiled plain decoding and compiled step costs. Compilation happens in the untimed
 warm-up round.
 
-Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers)
-and "small" (Qwen3-0.6B's width and vocabulary, 3 layers), all random-init; and, with `--policy` (a checkpoint
+Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers),
+"small" (Qwen3-0.6B's width and vocabulary, 3 layers) and "qwen3-0.6b" (Qwen3-0.6B's whole shape, 28 layers: a
+GPU's model), all random-init; and, with `--policy` (a checkpoint
 directory or hub id), "policy": that checkpoint with its `--head` (found by the rules of `bebop.commands.policy`),
 at the acceptance the head really has. Its HF assisted baseline drafts with the policy cut to its first layer. The "draft cost" column is one draft
 step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
@@ -43,8 +44,8 @@ from pathlib import Path
 
 import torch
 
+from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
-from bebop.device import resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import theoretical_speedup
@@ -58,7 +59,10 @@ MODELS = {
     "tiny": lambda: ModelConfig.tiny(),
     "deep": lambda: ModelConfig.deep(),
     "small": lambda: ModelConfig.small(),
+    "qwen3-0.6b": lambda: ModelConfig.small(num_hidden_layers=28),  # Qwen3-0.6B's config, layer for layer
 }
+# The shapes with Qwen3's vocabulary, whose rows generate --small-new-tokens.
+LARGE_VOCAB = ("small", "qwen3-0.6b")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,16 +74,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
-    parser.add_argument("--small-new-tokens", type=int, default=24, help="tokens generated per row (small model)")
+    parser.add_argument("--small-new-tokens", type=int, default=24,
+                        help=f"tokens generated per row ({' and '.join(LARGE_VOCAB)})")
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed rounds; each runs every cell once, in turn (median reported)")
-    parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16")
-    parser.add_argument("--device", default="cpu")
+    add_device_args(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the compiled engine (Engine(compile=True)); its first steps compile for minutes")
+    parser.add_argument("--compiled-only", action="store_true",
+                        help="time only the compiled engine (CUDA graphs on a GPU), e.g. in its own process")
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
 
 
@@ -95,6 +101,15 @@ def check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     check_policy(args.policy)
+    if args.compiled_only and args.no_compile:
+        raise ValueError("--compiled-only and --no-compile leave no engine to time")
+    device_and_dtype(args)  # --device cuda without CUDA: one line, before any model is built
+
+
+def _finished() -> None:
+    """Wait for queued GPU work, so a cell's time is its work's (CUDA runs asynchronously)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _interleaved(cells: dict, repeats: int) -> dict:
@@ -104,8 +119,10 @@ def _interleaved(cells: dict, repeats: int) -> dict:
     times = {name: [] for name in cells}
     for _ in range(repeats):
         for name, fn in cells.items():
+            _finished()
             start = time.perf_counter()
             results[name] = fn()
+            _finished()
             times[name].append(time.perf_counter() - start)
     return {name: (times[name], results[name]) for name in cells}
 
@@ -183,14 +200,13 @@ def _hf_generate(target, prompts: torch.Tensor, new_tokens: int, assistant=None)
 
 def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
     """The records of one model: the shape `name` as a self-draft pair, or the (target, head) `pair` given."""
-    device = torch.device(args.device)
-    dtype = resolve_dtype(args.dtype, device)
+    device, dtype = device_and_dtype(args)
     model, head = (m.to(device=device, dtype=dtype) for m in pair or self_draft_pair(MODELS[name](), seed=0))
     config = model.config
-    engines = {False: Engine(model, head)}
+    engines = {} if args.compiled_only else {False: Engine(model, head)}
     if not args.no_compile:
         engines[True] = Engine(model, head, compile=True)
-    new_tokens = args.small_new_tokens if name == "small" else args.new_tokens
+    new_tokens = args.small_new_tokens if name in LARGE_VOCAB else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
     hf = None if args.no_hf else _hf_models(model, dtype, device, Path(tempfile.mkdtemp(prefix="bebop-bench-")))
@@ -250,8 +266,9 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
 def _hf_records(timed: dict, base: dict, engines: dict, batch: int) -> list[dict]:
     base = {**base, "engine": "hf", "compiled": False}
     hf = timed[("hf", "plain", 0, False)][0]
-    eager = timed[("bebop", "plain", 0, False)][0]
-    plain = _timed(base, hf, mode="plain", gamma=0, bebop_plain_over_hf=_ratio(hf, eager))
+    plain = _timed(base, hf, mode="plain", gamma=0)
+    if False in engines:
+        plain["bebop_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, False)][0])
     if True in engines:
         plain["bebop_compiled_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
     records = [plain]

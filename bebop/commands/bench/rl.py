@@ -17,10 +17,11 @@ all of them. In async mode the step time is max(generation, update) plus what do
 end-to-end gain is at most the rollout gain and shrinks when the update, not generation, is the bottleneck.
 Numbers on a shared 2-core CPU are noisy: `--repeats` alternates the runs and takes medians across them.
 
-`--self-draft policy|deep` asks what the best possible head would give on this machine: the policy and its heads
-become a self-draft pair (bebop.models.selfdraft: the draft is the target, so RS accepts every draft) of the policy's
-shape or of `ModelConfig.deep` (16 narrow layers, where one head layer costs a tenth of a step, as on real
-checkpoints), trained at lr 0 so the draft stays exact while the update still costs what it costs. Its text is
+`--self-draft policy|deep|small|qwen3-0.6b` asks what the best possible head would give on this machine: the policy
+and its heads become a self-draft pair (bebop.models.selfdraft: the draft is the target, so RS accepts every draft) of
+the policy's shape, of `ModelConfig.deep` (16 narrow layers, where one head layer costs a tenth of a step, as on real
+checkpoints) or, larger, of Qwen3-0.6B's width in 3 layers ("small") or all 28 ("qwen3-0.6b", a GPU's shape), each at
+the tokenizer's vocabulary, trained at lr 0 so the draft stays exact while the update still costs what it costs. Its text is
 noise that ends where a stop token happens to be drawn, so this bounds acceptance, not the long tail of a trained
 policy's row lengths.
 """
@@ -34,12 +35,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bebop.commands.device_args import add_device_args
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.metrics import derive, pool
 from bebop.rl.config import TASKS, RLConfig
 
-SELF_DRAFT_SHAPES = ("policy", "deep")
+SELF_DRAFT_SHAPES = ("policy", "deep", "small", "qwen3-0.6b")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--self-draft", choices=SELF_DRAFT_SHAPES, default=None,
                         help="replace the policy and heads by a perfect draft pair of this shape "
-                             "(the ceiling of MTP on this machine)")
+                             "(the ceiling of MTP on this machine; default: the policy as it is)")
+    add_device_args(parser, dtype_help="the rollout snapshot's dtype (the update keeps float32 master weights)")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -130,6 +133,8 @@ def self_draft_default(default, shape: str):
     config = default.model.config
     if shape == "deep":
         config = ModelConfig.deep(vocab_size=config.vocab_size)
+    elif shape in ("small", "qwen3-0.6b"):
+        config = ModelConfig.small(vocab_size=config.vocab_size, num_hidden_layers=3 if shape == "small" else 28)
     model, head = self_draft_pair(config, seed=0)
     dtype = default.model.lm_head.weight.dtype
     return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
@@ -148,6 +153,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
                           max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
+                          device=args.device, gen_dtype=args.dtype,
                           **({"lr": 0.0} if args.self_draft else {}), **prompt_fields(args))
     variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in default.heads]
     if args.with_sync and not args.sync:
@@ -188,9 +194,10 @@ def print_table(results: list[dict]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bebop.commands.policy import load_policy_heads
-    from bebop.device import resolve_dtype
+    from bebop.device import resolve_device, resolve_dtype
 
     check_args(args)
+    resolve_device(args.device)  # --device cuda without CUDA: one line, before the policy loads
     default = load_policy_heads(args.policy, args.heads, dtype=resolve_dtype(None, "cpu"))
     if args.self_draft:
         default = self_draft_default(default, args.self_draft)

@@ -1,0 +1,32 @@
+"""Host <-> device copies of the engine's small tables, without hidden synchronisation on CUDA.
+
+A blocking host->device copy from pageable memory synchronises the stream, and `.tolist()` of a CUDA tensor is a
+synchronising device->host copy. The engine's tables (row indices, prompt feeds) go up from pinned memory with
+`non_blocking=True`, so they queue behind the step's kernels; the one table that comes back per step (the host
+table of bebop.engine.step) is copied into pinned memory asynchronously and waited for through an event, which is
+the step's one marked host sync. On CPU both are plain copies.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`values` (a list, nested for 2-D) as a tensor on `device`; on CUDA through pinned memory, asynchronously."""
+    if device.type != "cuda":
+        return torch.tensor(values, dtype=dtype, device=device)
+    # The copy is queued on the stream; the pinned source is kept alive by the caching host allocator until it ran.
+    return torch.tensor(values, dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` as a CPU tensor, waiting for exactly the kernels it depends on (an event, not a stream sync)."""
+    if tensor.device.type != "cuda":
+        return tensor
+    out = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    out.copy_(tensor, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    done.synchronize()
+    return out
