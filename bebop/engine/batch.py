@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 
 from bebop.engine.buckets import Buckets, CachePool
-from bebop.engine.transfer import to_device
+from bebop.engine.transfer import upload
 from bebop.models.kvcache import KVCache
 
 
@@ -44,7 +44,7 @@ class Batch:
             return None
         taken = set(slots)
         padding = [s for s in range(self.capacity) if s not in taken][: capacity - len(slots)]
-        index = to_device(slots + padding, self.pending.device)  # [P']
+        index = upload(slots + padding, self.pending.device)  # [P']
         self.slots = list(range(len(slots)))
         self.pending = self.pending[index]
         self.cache = _compact(pool, owners[0], self.cache, index)
@@ -66,9 +66,9 @@ def _compact(pool: CachePool | None, owner: torch.nn.Module, cache: KVCache, ind
 def pad_feeds(feeds: list[tuple[int, int, list[int]]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The feeds' token runs right-padded with 0 [F, W], their start positions [F] and last indices [F]."""
     width = max(len(t) for _, _, t in feeds)
-    tokens = to_device([feed + [0] * (width - len(feed)) for _, _, feed in feeds], device)
-    starts = to_device([s for _, s, _ in feeds], device)
-    last = to_device([len(t) - 1 for _, _, t in feeds], device)
+    tokens = upload([feed + [0] * (width - len(feed)) for _, _, feed in feeds], device)
+    starts = upload([s for _, s, _ in feeds], device)
+    last = upload([len(t) - 1 for _, _, t in feeds], device)
     return tokens, starts, last
 
 

@@ -31,7 +31,7 @@ from bebop.engine.batch import Batch, pad_feeds, rows_of
 from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
-from bebop.engine.transfer import host_copy, to_device
+from bebop.engine.transfer import host_copy, upload
 from bebop.metrics import SpecCounters, derive, entropy
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
@@ -190,7 +190,7 @@ class Engine:
         parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
         head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
         slots = [batch.slots[i] for i, _, _ in feeds]
-        index = to_device(slots, self.device)  # [F]
+        index = upload(slots, self.device)  # [F]
         tokens, starts, last = pad_feeds(feeds, self.device)  # [F, W], [F], [F]
         rows = torch.arange(len(feeds), device=self.device)  # [F]
         kv_len = max(s for _, s, _ in feeds) + tokens.shape[1]
@@ -247,7 +247,7 @@ class Engine:
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
-                0, to_device(batch.slots, self.device), uniforms)  # [P, n]
+                0, upload(batch.slots, self.device), uniforms)  # [P, n]
         # 1. draft
         if gamma > 0:
             draft_tokens, draft_probs = self.draft_step(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import torch
 
+from bebop.device import to_device
 
-def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """`values` (a list, nested for 2-D) as a tensor on `device`; on CUDA through pinned memory, asynchronously."""
-    if device.type != "cuda":
-        return torch.tensor(values, dtype=dtype, device=device)
-    # The copy is queued on the stream; the pinned source is kept alive by the caching host allocator until it ran.
-    return torch.tensor(values, dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+def upload(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`values` (a list, nested for 2-D) as a tensor on `device`; on CUDA through pinned memory, asynchronously (the
+    pinned source is kept alive by the caching host allocator until the queued copy ran)."""
+    return to_device(torch.tensor(values, dtype=dtype), device)
 
 
 def host_copy(tensor: torch.Tensor) -> torch.Tensor:
