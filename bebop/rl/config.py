@@ -20,6 +20,7 @@ TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")
 MTP_STRATEGIES = ("frozen", "online-tv", "online-ce")
 MODES = ("async", "sync")
+BACKENDS = ("bebop", "vllm")  # who generates the rollouts: bebop's engine, or an in-process vLLM (bebop.engine.vllm)
 PRESETS = ("quick", "full")
 
 
@@ -51,9 +52,10 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; a resume may change it
+    backend: str = "bebop"  # rollouts from "bebop"'s engine or "vllm" (colocated, weights pushed after each update)
 
     def __post_init__(self) -> None:
-        named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES)]
+        named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS)]
         dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
         if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get, parse_tasks)
             named.insert(0, ("task", TASKS))
@@ -91,6 +93,10 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
+        if self.backend == "vllm" and self.rollout != "none":
+            # The seam for bebop's vLLM head plugin: bebop.engine.vllm.VLLMEngine(speculative_config=...).
+            raise ValueError(f"rollout {self.rollout!r} on the vllm backend needs bebop's MTP head inside vLLM "
+                             "(the vLLM head plugin), which this build does not have: use --rollout none")
         if self.mtp != "frozen" and self.rollout == "none":
             raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout 'to' or 'rs' "
                              "(with rollout 'none' there is no head)")

@@ -89,6 +89,20 @@ def _copy_into(snapshot: torch.nn.Module, source: torch.nn.Module) -> None:
         dst.copy_(distributed.full_tensor(src))  # a sharded policy's whole weights (a collective)
 
 
+def _vllm_engine(model, dtype: torch.dtype, seed: int, world: int):
+    """An in-process vLLM engine serving `model` (colocated with the trainer). vLLM reads weights from a checkpoint
+    directory only once, at start: a temporary one; every later version is pushed in place (`load_weights`)."""
+    import tempfile
+
+    from bebop.engine.vllm import VLLMEngine
+
+    if world > 1:
+        raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
+    with tempfile.TemporaryDirectory(prefix="bebop-vllm-") as directory:
+        return VLLMEngine.from_model(model, directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32",
+                                     seed=seed, sleep_mode=True)
+
+
 class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
@@ -140,11 +154,15 @@ class Trainer:
         self.start_step, self.version = 0, 0
         if checkpoint is not None:
             self._restore(checkpoint)
-        # From the caller's model (a sharded policy is not copyable), then refreshed from the policy's full weights.
-        self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
-        self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
+        if config.backend == "vllm":
+            self.gen_policy, self.gen_head = None, None
+            self.engine = _vllm_engine(model, self.gen_dtype, config.seed, self.world)
+        else:
+            # From the caller's model (a sharded policy is not copyable), then refreshed from the policy's full weights.
+            self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
+            self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
+            self.engine = Engine(self.gen_policy, self.gen_head)
         self._refresh_snapshot()
-        self.engine = Engine(self.gen_policy, self.gen_head)
         meta = {"policy_parameters": num_parameters, "device": str(self.device), "world_size": self.world,
                 **(meta_extra or {}),
                 **rl_setup(config, self.head, getattr(task, "name", config.task))}
@@ -206,6 +224,9 @@ class Trainer:
                                 seed=rank_seed(step_seed(c.seed, step), self.rank))
 
     def _refresh_snapshot(self) -> None:
+        if self.config.backend == "vllm":  # the policy's weights pushed into the served model (and it woken)
+            self.engine.load_weights(self.policy)
+            return
         _copy_into(self.gen_policy, self.policy)
         if self.gen_head is not None:
             _copy_into(self.gen_head, self.head)
@@ -300,6 +321,8 @@ class Trainer:
                 if executor is not None and step + 1 < c.steps:
                     self._refresh_snapshot()  # the thread is idle: safe to overwrite the snapshot
                     pending = executor.submit(self._generate, step + 1, self.version)
+                if executor is None and c.backend == "vllm":
+                    self.engine.sleep()  # sync: the update gets vLLM's device memory (CUDA sleep mode; else no-op)
                 update = self.update(batch)
                 if executor is None:
                     self._refresh_snapshot()

