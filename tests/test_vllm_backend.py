@@ -13,11 +13,25 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
+from bebop.data.tasks import Example
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.engine.vllm import vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
+
+class Digits:
+    """Toy task: reward = fraction of the completion's characters that are digits (varies within a group, so the
+    GRPO update has nonzero advantages)."""
+
+    name, levels, stop_strings, env = "digits", (1,), (), None
+
+    def sample(self, n, seed, level=None):
+        return [Example(prompt=f"{(seed + i) % 7}+", answer=0, level=1, task="digits") for i in range(n)]
+
+    def rewards(self, examples, completions):
+        return [sum(c.isdigit() for c in s) / max(len(s), 1) for s in completions]
+
 
 TEXTS = ["12+7=", "3*4=", "Q: 25-9?", "def f(x):", "The sum of 8 and 5 is", "7*6=", "99+1=", "a"]
 
@@ -32,7 +46,8 @@ def trainer(tmp_path_factory):
     default = load_default()
     config = RLConfig.tiny(rollout="none", mode="sync", backend="vllm", steps=1, max_new_tokens=16, lr=3e-3,
                            prompts_per_step=2, group_size=4)
-    return Trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run")
+    return Trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run",
+                   task=Digits())
 
 
 def _bebop(trainer) -> Engine:
