@@ -138,6 +138,11 @@ class VLLMEngine:
                             enforce_eager=current_platform.is_cpu() if enforce_eager is None else enforce_eager,
                             **llm_kwargs)
         self.asleep = False
+        # vLLM's CPU worker sizes its attention metadata by the OpenMP threads it set in this thread (and replaces
+        # torch.set_num_threads by a warning). OpenMP's count is per thread: a caller in another thread (the async
+        # trainer's rollout thread) must run with the same count, or the attention kernel refuses (measured:
+        # "Check failed: input->metadata->thread_num == thread_num (2 vs. 1)").
+        self.threads = torch.get_num_threads()
 
     @classmethod
     def from_model(cls, model, directory: str | os.PathLike, **kwargs) -> "VLLMEngine":
@@ -175,6 +180,11 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+        # vLLM's CPU worker sizes its attention metadata by the OpenMP threads it set in this thread (and replaces
+        # torch.set_num_threads by a warning). OpenMP's count is per thread: a caller in another thread (the async
+        # trainer's rollout thread) must run with the same count, or the attention kernel refuses (measured:
+        # "Check failed: input->metadata->thread_num == thread_num (2 vs. 1)").
+        self.threads = torch.get_num_threads()
 
     # --------------------------------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None,
@@ -182,6 +192,7 @@ class VLLMEngine:
         """Complete every prompt (module docstring for what maps onto what)."""
         self._check(prompts, config)
         self.wake_up()
+        torch._C.set_num_threads(self.threads)  # the original torch.set_num_threads (vLLM patches torch's)
         seed = config.seed if config.seed is not None else int(torch.randint(2**31 - 1, ()))
         out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode)
         before = read_spec_metrics(self.llm) if self.speculative else {}
