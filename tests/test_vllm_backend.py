@@ -168,3 +168,20 @@ def test_grpo_update_is_pushed_into_vllm(trainer):
     moved = (updated - _continuation_logprobs(start, prompt, continuation)).abs().max()
     assert moved > 0.2, f"the update barely moved the policy ({moved:.3f} nats): the check below would prove nothing"
     torch.testing.assert_close(after, updated, atol=5e-2, rtol=0)
+
+
+def test_trainer_measures_entropy_when_vllm_cannot_give_it(trainer):
+    """Where asking vLLM for every log-prob is too costly (a large vocabulary), rollouts carry NaN entropies and the
+    update measures actor/entropy in its own forward: the same value vLLM's exact entropies give on the same batch."""
+    exact = trainer._generate(7, trainer.version)
+    policy = [h for row in exact.rollout.entropy for h in row]
+    trainer.engine.full_logprobs = False
+    try:
+        blind = trainer._generate(7, trainer.version)
+        assert blind.rollout.tokens == exact.rollout.tokens  # same seeds: only the log-prob request changed
+        assert blind.rollout.stats["entropy_source"] == "none"
+        assert all(h != h for row in blind.rollout.entropy for h in row)  # NaN
+        measured = trainer.update(blind).metrics["actor/entropy"]
+    finally:
+        trainer.engine.full_logprobs = True
+    assert measured == pytest.approx(sum(policy) / len(policy), abs=5e-2)

@@ -50,6 +50,7 @@ from bebop.rl.resume import load_checkpoint, save_checkpoint
 from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.runlog import RunWriter
 from bebop.runlog.null import NullWriter
+from bebop.sampling import logprobs_from_logits
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
@@ -287,8 +288,8 @@ class Trainer:
         c = self.config
         with autocast(self.device, self.gen_dtype):
             outputs = layout.forward(self.policy)  # prefix logits/hidden [G, P, ·], suffix logits/hidden [n, S, ·]
-        logprobs = token_logprobs(layout.row_logits(outputs[0], outputs[2]), layout.suffix, c.temperature,
-                                  vocab_limit=self.vocab_limit)  # [n, S]
+        row_logits = layout.row_logits(outputs[0], outputs[2])  # [n, S, V]
+        logprobs = token_logprobs(row_logits, layout.suffix, c.temperature, vocab_limit=self.vocab_limit)  # [n, S]
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
@@ -298,6 +299,10 @@ class Trainer:
         loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
                                 ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
         loss.backward()
+        if not getattr(self.engine, "full_logprobs", True):  # rollouts without entropies (vLLM, a large vocabulary)
+            with torch.no_grad():  # summed over micro-batches into actor/entropy (entropy_source "update")
+                logp = logprobs_from_logits(row_logits.detach().float(), c.temperature, vocab_limit=self.vocab_limit)
+                stats["entropy"] = (-(logp.exp() * logp).sum(-1) * layout.mask).sum() / num_tokens  # [n, S] -> ()
         return {"loss": loss.detach(), **stats}, outputs
 
     # ------------------------------------------------------------------------------------------- loop
