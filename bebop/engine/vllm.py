@@ -152,6 +152,16 @@ class VLLMEngine:
         save_pretrained(model, directory)
         return cls(directory, **kwargs)
 
+    @classmethod
+    def colocated(cls, model, dtype: torch.dtype, *, seed: int = 0) -> "VLLMEngine":
+        """An engine for a trainer in this process: `model` saved once to a temporary directory, which vLLM reads
+        only at start; every later version is pushed in place (`load_weights`). Sleep mode where vLLM has it."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="bebop-vllm-") as directory:
+            return cls.from_model(model, directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32", seed=seed,
+                                  sleep_mode=True)
+
     # ------------------------------------------------------------------------------------------ weights
     @torch.no_grad()
     def load_weights(self, model: torch.nn.Module) -> None:

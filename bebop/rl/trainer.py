@@ -90,20 +90,6 @@ def _copy_into(snapshot: torch.nn.Module, source: torch.nn.Module) -> None:
         dst.copy_(distributed.full_tensor(src))  # a sharded policy's whole weights (a collective)
 
 
-def _vllm_engine(model, dtype: torch.dtype, seed: int, world: int):
-    """An in-process vLLM engine serving `model` (colocated with the trainer). vLLM reads weights from a checkpoint
-    directory only once, at start: a temporary one; every later version is pushed in place (`load_weights`)."""
-    import tempfile
-
-    from bebop.engine.vllm import VLLMEngine
-
-    if world > 1:
-        raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
-    with tempfile.TemporaryDirectory(prefix="bebop-vllm-") as directory:
-        return VLLMEngine.from_model(model, directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32",
-                                     seed=seed, sleep_mode=True)
-
-
 class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
@@ -155,14 +141,7 @@ class Trainer:
         self.start_step, self.version = 0, 0
         if checkpoint is not None:
             self._restore(checkpoint)
-        if config.backend == "vllm":
-            self.gen_policy, self.gen_head = None, None
-            self.engine = _vllm_engine(model, self.gen_dtype, config.seed, self.world)
-        else:
-            # From the caller's model (a sharded policy is not copyable), then refreshed from the policy's full weights.
-            self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
-            self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
-            self.engine = Engine(self.gen_policy, self.gen_head)
+        self.engine = self._rollout_engine(model)
         self._refresh_snapshot()
         meta = {"policy_parameters": num_parameters, "device": str(self.device), "world_size": self.world,
                 **(meta_extra or {}),
@@ -223,6 +202,20 @@ class Trainer:
         return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, gamma=gamma,
                                 method="rs" if c.rollout == "none" else c.rollout,
                                 seed=rank_seed(step_seed(c.seed, step), self.rank))
+
+    def _rollout_engine(self, model):
+        """bebop's engine on a snapshot in the rollout dtype (from the caller's model: a sharded policy is not
+        copyable; refreshed from the policy's full weights), or an in-process vLLM colocated with the trainer."""
+        self.gen_policy, self.gen_head = None, None
+        if self.config.backend == "vllm":
+            from bebop.engine.vllm import VLLMEngine
+
+            if self.world > 1:
+                raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
+            return VLLMEngine.colocated(model, self.gen_dtype, seed=self.config.seed)
+        self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
+        self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
+        return Engine(self.gen_policy, self.gen_head)
 
     def _refresh_snapshot(self) -> None:
         if self.config.backend == "vllm":  # the policy's weights pushed into the served model (and it woken)
