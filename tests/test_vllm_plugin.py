@@ -127,33 +127,50 @@ def engines(tmp_path_factory, eval_prompts):
     prompts = eval_prompts[1]
     greedy = {"temperature": 0.0, "prompts": prompts[:GREEDY_PROMPTS], "max_tokens": GREEDY_TOKENS, "stop": [EOS]}
     sampled = {"temperature": 1.0, "prompts": prompts, "max_tokens": MAX_TOKENS, "stop": [EOS]}
-    to = run_engine(tmp, "to", {"draft": draft, "method": "to", "runs": [greedy, sampled]})
+    pushed = {**greedy, "push_head": str(HEADS_DIR / "ce")}
+    to = run_engine(tmp, "to", {"draft": draft, "method": "to", "runs": [greedy, sampled, pushed]})
     rs = run_engine(tmp, "rs", {"draft": draft, "method": "rs", "runs": [sampled]})
     plain = run_engine(tmp, "plain", {"draft": None, "runs": [greedy]})
-    return {"greedy": to[0], "to": to[1], "rs": rs[0], "plain": plain[0]}
+    return {"greedy": to[0], "to": to[1], "pushed_ce": to[2], "rs": rs[0], "plain": plain[0]}
 
 
 def acceptance(spec: dict) -> float:
     return spec["spec/num_accepted_tokens"] / spec["spec/num_draft_tokens"]
 
 
-@needs_vllm
-def test_greedy_speculative_decoding_equals_plain_and_bebop(engines, eval_prompts):
+def bebop_greedy(prompts: list[list[int]], head: str):
     import bebop
     from bebop.engine import Engine
     from bebop.engine.rollout import GenerationConfig
 
+    default = bebop.load_default(dtype=torch.float32)
+    return Engine(default.model, default.heads[head]).generate(
+        prompts, GenerationConfig(max_new_tokens=GREEDY_TOKENS, temperature=0.0, gamma=3, method="greedy",
+                                  stop_tokens=(EOS,), seed=0))
+
+
+PER_STEP = ["spec/num_drafts"] + [f"spec/num_accepted_tokens_per_pos/{i}" for i in range(3)]
+
+
+@needs_vllm
+def test_greedy_speculative_decoding_equals_plain_and_bebop(engines, eval_prompts):
     spec, plain = engines["greedy"], engines["plain"]
     assert spec["tokens"] == plain["tokens"]
     assert spec["spec"]["spec/num_draft_tokens"] > 0
-    default = bebop.load_default(dtype=torch.float32)
-    ours = Engine(default.model, default.heads["e2e_tv"]).generate(
-        eval_prompts[1][:GREEDY_PROMPTS], GenerationConfig(max_new_tokens=GREEDY_TOKENS, temperature=0.0, gamma=3,
-                                                           method="greedy", stop_tokens=(EOS,), seed=0))
+    ours = bebop_greedy(eval_prompts[1][:GREEDY_PROMPTS], "e2e_tv")
     assert [list(t) for t in ours.tokens] == plain["tokens"]
     # The same head, wired the same way, drafts the same tokens: every position accepts as often as in bebop.
-    for key in ["spec/num_drafts"] + [f"spec/num_accepted_tokens_per_pos/{i}" for i in range(3)]:
-        assert spec["spec"][key] == ours.stats[key], key
+    assert {k: spec["spec"][k] for k in PER_STEP} == {k: ours.stats[k] for k in PER_STEP}
+
+
+@needs_vllm
+def test_pushed_head_drafts_in_the_running_engine(engines, eval_prompts):
+    """push_head loads the ce head into the engine started with e2e_tv: it then drafts as bebop's ce head does."""
+    ce, e2e_tv = (bebop_greedy(eval_prompts[1][:GREEDY_PROMPTS], h) for h in ("ce", "e2e_tv"))
+    assert {k: ce.stats[k] for k in PER_STEP} != {k: e2e_tv.stats[k] for k in PER_STEP}  # else nothing to see
+    pushed = engines["pushed_ce"]
+    assert pushed["tokens"] == engines["plain"]["tokens"]
+    assert {k: pushed["spec"][k] for k in PER_STEP} == {k: ce.stats[k] for k in PER_STEP}
 
 
 @pytest.mark.parametrize("method", ["rs", "to"])

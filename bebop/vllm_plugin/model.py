@@ -16,6 +16,7 @@ This module imports vLLM; `bebop.vllm_plugin.register` names it to vLLM's regist
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -24,6 +25,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ColumnParallelLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.model_loader.reload.inplace import reload_weights
 from vllm.model_executor.models.llama import LlamaDecoderLayer
 from vllm.model_executor.models.qwen2 import Qwen2DecoderLayer
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
@@ -109,3 +111,28 @@ class BebopMTPModel(nn.Module):
         """The head's mtp.* tensors; anything else in the directory is not the head's and is skipped."""
         return AutoWeightsLoader(self).load_weights(((n, w) for n, w in weights if n.startswith("mtp.")),
                                                     mapper=WEIGHTS)
+
+
+class HeadOnly(nn.Module):
+    """The head's own modules of a loaded `BebopMTPModel` under the same names, without the target's shared
+    embedding and LM head: vLLM's in-place reload resets every module it is given before loading into it."""
+
+    HEAD_MODULES = ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "layers", "norm")
+
+    def __init__(self, draft: BebopMTPModel):
+        super().__init__()
+        self.model = nn.Module()
+        for name in self.HEAD_MODULES:
+            self.model.add_module(name, getattr(draft.model, name))
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return AutoWeightsLoader(self).load_weights(weights, mapper=WEIGHTS)
+
+
+def reload_head(drafter, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Load mtp.* `weights` into a running drafter's BebopMTPModel in place (vLLM's reload: weights go through the
+    checkpoint loaders and the platform's post-load processing, e.g. the CPU's repacked linear layers)."""
+    head = HeadOnly(drafter.model)
+    config = SimpleNamespace(model_config=drafter.speculative_config.draft_model_config,
+                             load_config=drafter.vllm_config.load_config, lora_config=None)
+    reload_weights(config, head, weights_iterator=iter(weights), weights_path=None, is_checkpoint_format=True)
