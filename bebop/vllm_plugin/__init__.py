@@ -15,7 +15,8 @@ How vLLM picks the head up (vllm 0.32, config/speculative.py): `speculative_conf
 entry of vLLM's MTP model types, which no hf_config_override rewrites) makes vLLM run it as an MTP draft
 (`EagleProposer`: the target's last hidden states + the next tokens in, its own output hidden fed back for the
 next of the γ steps, the target's embedding and LM head shared), and its architectures ["BebopMTPModel"] name the
-class this plugin registers (`bebop.vllm_plugin.model`).
+class this plugin registers (`bebop.vllm_plugin.model`). `bebop.vllm_plugin.push.push_head(llm, head)` reloads a
+changed head into the running engine (online MTP).
 """
 
 from bebop.vllm_plugin.draft import ARCHITECTURE, MODEL_TYPE, speculative_config, write_draft
