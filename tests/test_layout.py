@@ -23,7 +23,7 @@ FLOORS = {
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
     "bebop.data.prompt_options": 0,
     "bebop.plots": 1,
-    "bebop.engine": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.data.prompting": 2,
+    "bebop.engine": 2, "bebop.vllm_plugin": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.data.prompting": 2,
     "bebop.data.completions": 3,
     "bebop.rl": 4, "bebop.headtrain": 4,
     "bebop.commands": 5,
