@@ -44,9 +44,9 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The vLLM backend's tests (marker vllm; `make test` skips them), its engine core in-process (faster, steadier on 2 cores).
+# The vLLM tests (marker vllm: the backend's and the head plugin's; `make test` skips them), its engine core in-process (faster, steadier on 2 cores).
 test-vllm: $(VLLM_STAMP)
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -rs -m vllm tests/test_vllm_backend.py tests/test_vllm_rl.py
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -rs -m vllm
 
 bench: $(STAMP)
 	$(BIN)/bebop bench losses

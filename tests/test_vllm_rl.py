@@ -35,9 +35,16 @@ def test_rl_on_vllm_trains_async(tmp_path):
     assert (train["response_length/mean"] > 0).all() and train["actor/entropy"].notna().all()
 
 
-def test_rl_refuses_speculative_rollouts_on_vllm(tmp_path):
-    done = _bebop("rl", "--backend", "vllm", "--rollout", "rs", "--out", str(tmp_path / "run"))
-    assert done.returncode == 2 and done.stderr.strip().startswith("bebop: error:") and "plugin" in done.stderr
+def test_rl_on_vllm_drafts_with_bebops_head(tmp_path):
+    """--rollout rs on vLLM: the e2e-TV head drafts inside vLLM (bebop's plugin) and its counters reach the log."""
+    out = tmp_path / "run"
+    done = _bebop("rl", "--backend", "vllm", "--rollout", "rs", "--steps", "2", "--sync", "--no-progress",
+                  "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    train = load_run(out).streams["train"]
+    assert list(train["step"]) == [0, 1] and (train["spec/num_drafts"] > 0).all()
+    assert (train["spec/gamma"] == 3).all() and (train["spec/method"] == "rs").all()
+    assert (train["spec/acceptance_rate"] > 0.3).all()  # the fixed head accepts ~0.8 (bebop eval-mtp, RS at T=1)
 
 
 def test_bench_engine_times_vllm_beside_bebop(tmp_path):

@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="bebop",
                         help=f"who generates the rollouts: one of {list(BACKENDS)}; vllm runs an in-process vLLM "
                              "engine colocated with the trainer, the policy pushed into it after every update "
-                             "(needs bebop[vllm]; --rollout none until the vLLM head plugin) (default: %(default)s)")
+                             "(needs bebop[vllm]; to/rs draft with the head in vLLM through bebop's vLLM plugin) "
+                             "(default: %(default)s)")
     parser.add_argument("--sync", action="store_true", help="no overlap of generation and update (default: async)")
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")

@@ -155,16 +155,29 @@ class VLLMEngine:
         return cls(directory, **kwargs)
 
     @classmethod
-    def colocated(cls, model, dtype: torch.dtype, *, seed: int = 0) -> "VLLMEngine":
+    def colocated(cls, model, dtype: torch.dtype, *, seed: int = 0, head=None, gamma: int = 0,
+                  method: str = "rs") -> "VLLMEngine":
         """An engine for a trainer in this process: `model` saved once to a temporary directory, which vLLM reads
         only at start; every later version is pushed in place (`load_weights`). Sleep mode where vLLM has it, and
         on a GPU 30% of its memory for vLLM (TRL's colocate default), the rest for the trainer (vLLM's own
-        default, 92%, would leave the update nothing; on CPU `kv_cache_bytes` sizes the cache instead)."""
+        default, 92%, would leave the update nothing; on CPU `kv_cache_bytes` sizes the cache instead).
+        With `head`, vLLM drafts `gamma` tokens a step with it by `method` ("rs" | "to") through bebop's vLLM
+        plugin (`bebop.vllm_plugin`); `load_head` pushes later versions."""
         import tempfile
 
+        from bebop.models.checkpoint import save_pretrained
+
         with tempfile.TemporaryDirectory(prefix="bebop-vllm-") as directory:
-            return cls.from_model(model, directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32", seed=seed,
-                                  sleep_mode=True, gpu_memory_utilization=0.3)
+            save_pretrained(model, directory)
+            spec = None
+            if head is not None:
+                from bebop.vllm_plugin import register, speculative_config, write_draft
+
+                register()  # in-process: the entry point may not be installed (an editable tree, tests)
+                draft = write_draft(directory, head, Path(directory) / "draft")
+                spec = speculative_config(draft, gamma=gamma, method=method)
+            return cls(directory, dtype="bf16" if dtype == torch.bfloat16 else "fp32", seed=seed, sleep_mode=True,
+                       gpu_memory_utilization=0.3, speculative_config=spec)
 
     # ------------------------------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -182,6 +195,13 @@ class VLLMEngine:
         if self.config.tie_word_embeddings:
             self.llm.apply_model(_repack_tied_head)
         self.llm.reset_prefix_cache()
+
+    def load_head(self, head: torch.nn.Module) -> None:
+        """Push an MTP head's weights into the served draft (online MTP strategies); needs a speculative_config."""
+        from bebop.vllm_plugin.push import push_head
+
+        self.wake_up()
+        push_head(self.llm, head)
 
     def sleep(self) -> None:
         """Free the device memory of weights and KV cache (vLLM sleep level 1) until `wake_up`; a no-op without
@@ -231,6 +251,9 @@ class VLLMEngine:
         if config.gamma > 0 and self.speculative is None:
             raise ValueError(f"gamma={config.gamma} drafts with an MTP head, which vLLM runs only through bebop's "
                              "vLLM plugin (a speculative_config); use gamma=0 for plain decoding")
+        if self.speculative is not None and config.gamma != self.speculative["num_speculative_tokens"]:
+            raise ValueError(f"this engine drafts {self.speculative['num_speculative_tokens']} tokens a step (its "
+                             f"speculative_config, fixed at start); got gamma={config.gamma}")
 
     def _params(self, config: GenerationConfig, seed: int, row: int, round_: int, budget: int):
         from vllm import SamplingParams

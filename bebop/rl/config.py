@@ -93,10 +93,6 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
-        if self.backend == "vllm" and self.rollout != "none":
-            # The seam for bebop's vLLM head plugin: bebop.engine.vllm.VLLMEngine(speculative_config=...).
-            raise ValueError(f"rollout {self.rollout!r} on the vllm backend needs bebop's MTP head inside vLLM "
-                             "(the vLLM head plugin), which this build does not have: use --rollout none")
         if self.mtp != "frozen" and self.rollout == "none":
             raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout 'to' or 'rs' "
                              "(with rollout 'none' there is no head)")

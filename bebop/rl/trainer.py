@@ -212,14 +212,17 @@ class Trainer:
 
             if self.world > 1:
                 raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
-            return VLLMEngine.colocated(model, self.gen_dtype, seed=self.config.seed)
+            return VLLMEngine.colocated(model, self.gen_dtype, seed=self.config.seed, head=self.head,
+                                        gamma=self.config.gamma, method=self.config.rollout)
         self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
         self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
         return Engine(self.gen_policy, self.gen_head)
 
     def _refresh_snapshot(self) -> None:
-        if self.config.backend == "vllm":  # the policy's weights pushed into the served model (and it woken)
+        if self.config.backend == "vllm":  # the policy's (and head's) weights pushed into the served model
             self.engine.load_weights(self.policy)
+            if self.head is not None and self.config.mtp != "frozen":
+                self.engine.load_head(self.head)
             return
         _copy_into(self.gen_policy, self.policy)
         if self.gen_head is not None:
