@@ -232,3 +232,59 @@ def test_vllm_cpu_expand_bug_and_fix(tmp_path, eval_prompts):
     run = {"temperature": 1.0, "prompts": eval_prompts[1][:GREEDY_PROMPTS], "max_tokens": 48, "stop": [EOS]}
     [broken] = run_engine(tmp_path, "rs unfixed", {"draft": draft, "method": "rs", "fix_cpu": False, "runs": [run]})
     assert acceptance(broken["spec"]) < 0.2  # measured 0.005; the fixed engine accepts ~0.8 (test above)
+
+
+def fitted_head(model, prompts: list[list[int]], steps: int = 60) -> MTPHead:
+    """A head started from the policy's last layer and fitted (CE, depth 3) to the policy's own greedy continuations of
+    `prompts`: it agrees with the policy on those, less elsewhere, so acceptance is neither 0 nor 1."""
+    from bebop.engine import Engine
+    from bebop.engine.rollout import GenerationConfig
+    from bebop.headtrain.config import TrainMTPConfig
+    from bebop.headtrain.data import anchor_mask
+    from bebop.headtrain.step import lm_head_weight, train_step
+
+    model.requires_grad_(False)
+    head = MTPHead(model.config)
+    head.layers[0].load_state_dict(model.model.layers[-1].state_dict())
+    plain = Engine(model).generate(prompts, GenerationConfig(max_new_tokens=32, temperature=0.0, gamma=0, seed=0))
+    tokens = torch.tensor([p + list(t) for p, t in zip(prompts, plain.tokens)])  # [B, T]
+    with torch.no_grad():
+        hidden = model(tokens, compute_logits=False)[1]  # [B, T, d]
+    written = torch.arange(tokens.shape[1])[None].expand_as(tokens) >= len(prompts[0])  # [B, T]
+    batch = {"tokens": tokens, "hidden": hidden,
+             "mask": anchor_mask(written, torch.full((len(prompts),), tokens.shape[1]), 3)}
+    config = TrainMTPConfig(objective="ce", depth=3, tasks=("math",))
+    optimizer, weight = torch.optim.AdamW(head.parameters(), lr=3e-3), lm_head_weight(model, False)
+    for _ in range(steps):
+        train_step(head, model, batch, optimizer, 3e-3, config, False, weight)
+    return head.eval()
+
+
+@needs_vllm
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_heads_of_other_families_draft_in_vllm_as_in_bebop(tmp_path, family):
+    """A Qwen2 (q/k/v bias) or Llama-3 (llama3 rope scaling) policy from `bebop make-checkpoint` with a head fitted to
+    half the prompts: vLLM's greedy speculative output equals its plain greedy output and bebop's, and every draft
+    position accepts exactly as often as in bebop's engine (the head's decoder layer is the family's own vLLM layer)."""
+    from bebop.cli import main
+    from bebop.engine import Engine
+    from bebop.engine.rollout import GenerationConfig
+    from bebop.models.checkpoint import load_pretrained, save_head
+
+    policy = tmp_path / family
+    assert main(["make-checkpoint", str(policy), "--family", family, "--vocab", "300"]) == 0
+    model, _ = load_pretrained(policy, dtype=torch.float32)
+    prompts = torch.randint(3, 250, (GREEDY_PROMPTS, 6), generator=torch.Generator().manual_seed(0)).tolist()
+    head = fitted_head(model, prompts[: GREEDY_PROMPTS // 2])
+    save_head(head, policy / "heads" / "h")
+    draft = str(write_draft(policy, policy / "heads" / "h", tmp_path / "draft"))
+    eos = json.loads((policy / "config.json").read_text())["eos_token_id"]  # vLLM stops there on its own
+    greedy = {"temperature": 0.0, "prompts": prompts, "max_tokens": 32, "stop": [eos]}
+    job = {"policy": str(policy), "runs": [greedy]}
+    [spec] = run_engine(tmp_path, f"{family} to", {**job, "draft": draft, "method": "to"})
+    [plain] = run_engine(tmp_path, f"{family} plain", {**job, "draft": None})
+    ours = Engine(model, head).generate(prompts, GenerationConfig(max_new_tokens=32, temperature=0.0, gamma=3,
+                                                                  method="greedy", stop_tokens=(eos,), seed=0))
+    assert spec["tokens"] == plain["tokens"] == [list(t) for t in ours.tokens]
+    assert 0 < ours.stats["spec/num_accepted_tokens"] < ours.stats["spec/num_draft_tokens"]  # neither all nor none
+    assert {k: spec["spec"][k] for k in PER_STEP} == {k: ours.stats[k] for k in PER_STEP}
