@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from test_engine import _stop_on
 
 from bebop.engine import Engine
 from bebop.engine.buckets import Buckets
@@ -57,16 +58,6 @@ def _same(a, b):
         x, y = a.stats[k], b.stats[k]
         assert type(x) is type(y) and (x == y if not isinstance(x, float) else
                                        x == pytest.approx(y, rel=1e-6, abs=1e-6, nan_ok=True)), k
-
-
-def _stop_on(reply: list[int], turns: int):
-    seen: dict[int, int] = {}
-
-    def env(row: int, tokens: list[int]):
-        seen[row] = seen.get(row, 0) + 1
-        return reply if seen[row] <= turns else None
-
-    return env
 
 
 @pytest.mark.parametrize("gamma,method", [(0, "rs"), (3, "rs"), (3, "to"), (2, "greedy")])
