@@ -70,6 +70,10 @@ class Engine:
     the padding (default: `Buckets()` for CUDA graphs, else `Buckets.exact()`); it changes no row's output.
     """
 
+    # Every rollout token's entropy comes with the rollout (the trainer measures it itself where an engine's
+    # `full_logprobs` is False: VLLMEngine on a large vocabulary).
+    full_logprobs = True
+
     def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False,
                  buckets: Buckets | None = None):
         self.model, self.mtp, self.compiled = model, mtp, compile

@@ -35,32 +35,19 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
     """One AdamW step of the draft loss through the LM head `weight` [V, d] (`lm_head_weight`); returns (loss,
     mean d_TV over the trained (anchor, step), the gradient norm before clipping).
 
-    Under torchrun every rank holds the same `batch` and trains on its block of rows (`_parallel_step`)."""
+    Under torchrun every rank holds the same `batch` and trains on its block of rows: its loss (a mean over its
+    anchors) weighted by its share of the batch's anchors, the gradients summed over the ranks, which is the
+    single-process step on the whole batch (one process: the block is the batch, the sums are no-ops)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    if distributed.active():
-        return _parallel_step(head, model, batch, optimizer, config, use_bf16, weight)
-    draft, target, labels, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
-    loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
-                                  temperature=config.temperature)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping
-    optimizer.step()
-    with torch.no_grad():
-        alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
-                                             temperature=config.temperature)  # [M, depth]
-    return float(loss.detach()), float(1.0 - alpha.mean()), float(grad_norm)
-
-
-def _parallel_step(head, model, batch, optimizer, config: TrainMTPConfig, use_bf16: bool,
-                   weight: torch.Tensor) -> tuple[float, float, float]:
-    """`train_step` on this rank's rows: the loss (a mean over anchors) weighted by the rank's share of the global
-    anchors and the gradients summed over the ranks, which is the single-process step on the whole batch."""
+    B = batch["tokens"].shape[0]
+    start, stop = (B * r // distributed.world() for r in (distributed.rank(), distributed.rank() + 1))
+    part = {k: v[start:stop] for k, v in batch.items()}  # [b, ...] this rank's rows
+    count = int(part["mask"].sum())  # HOST SYNC (as every step's logged loss is)
+    total = int(distributed.all_reduce(part["mask"].sum()))
+    if total == 0:
+        raise ValueError("the batch has no anchor with a whole draft chain inside its rows")
     device = batch["tokens"].device
-    rows = torch.arange(batch["tokens"].shape[0], device=device).tensor_split(distributed.world())[distributed.rank()]
-    part = {k: v[rows] for k, v in batch.items()}  # [b, ...]
-    count, total = int(part["mask"].sum()), int(distributed.all_reduce(batch["mask"][rows].sum()))
     optimizer.zero_grad(set_to_none=True)
     loss_sum = d_tv_sum = torch.zeros((), dtype=torch.float64, device=device)
     if count:  # a rank without anchors adds nothing (its gradients count as zeros)

@@ -295,7 +295,7 @@ class Trainer:
         loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
                                 ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
         loss.backward()
-        if not getattr(self.engine, "full_logprobs", True):  # rollouts without entropies (vLLM, a large vocabulary)
+        if not self.engine.full_logprobs:  # rollouts without entropies (vLLM, a large vocabulary)
             with torch.no_grad():  # summed over micro-batches into actor/entropy (entropy_source "update")
                 logp = logprobs_from_logits(row_logits.detach().float(), c.temperature, vocab_limit=self.vocab_limit)
                 stats["entropy"] = (-(logp.exp() * logp).sum(-1) * layout.mask).sum() / num_tokens  # [n, S] -> ()
