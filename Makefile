@@ -22,9 +22,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs
 
-# The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed).
+# The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed),
+# and the README's picture of the Live page (docs/images/live.png, committed) taken afresh in Chromium.
 docs: $(STAMP)
 	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q tests/test_notebooks.py -k quick_profile
+	$(BIN)/python -m pytest -q tests/test_browser.py
+	cp artifacts/live.png docs/images/live.png
 
 # The path a CPU without AVX-512 takes, on any x86 machine: oneDNN and ATen limited to AVX2 (so oneDNN refuses
 # bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.

@@ -2,8 +2,9 @@
 
 Needs Debian's chromium (`.ci/install-browser`) and the `playwright` package (never `playwright install`:
 the system browser is driven directly). Skipped with a reason when they are missing on a laptop; in CI
-(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png, and the README's picture of
-the Live page over a real one-step `bebop rl` run in docs/images/live.png.
+(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png, and a picture of the Live
+page over a real one-step `bebop rl` run in artifacts/live.png: `make docs` makes it the README's
+(docs/images/live.png), so a test run never rewrites a committed file.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = REPO / "artifacts" / "dashboard.png"
-PICTURE = REPO / "docs" / "images" / "live.png"  # the README's picture of the Live page over a real run
+PICTURE = REPO / "artifacts" / "live.png"  # `make docs` copies it to the README's docs/images/live.png
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 # Markers of the growing run drawn in the acceptance-vs-entropy chart, counted in the chart's SVG: what the

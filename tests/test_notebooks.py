@@ -131,7 +131,7 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
     client.execute()
     if SlicedPollChannel.late_messages > late:  # the stall this client works around (module docstring): say so
         warnings.warn(f"{path.name}: {SlicedPollChannel.late_messages - late} kernel messages were noticed only when "
-                      "a poll slice ended (missed zmq wakeups)")
+                      "a poll slice ended (missed zmq wakeups, or messages that came just then)")
     if html_dir:
         render_html(nb, Path(html_dir) / f"{path.stem}.html")
     runs = [p for p in (tmp_path / "runs").rglob("meta.json")]
