@@ -173,6 +173,16 @@ CHIPS_JS = """() => {
 LONG_NAME = "demo-20261201-221530/mtp-rs-e2e_tv"
 
 
+def _settled(page, condition_js: str, timeout_ms: int = 15_000) -> None:
+    """Wait until the page's fonts are loaded and `condition_js` holds; the caller asserts what it measures next,
+    so a layout that never settles fails there with the measurement, not here with a timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=timeout_ms)
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(condition_js, timeout=timeout_ms)
+
+
 @pytest.mark.timeout(420)
 def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
     """Runs made by the real CLI: every page draws without an exception, the Live page's picture goes in docs/."""
@@ -191,6 +201,7 @@ def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
             page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                    timeout=60_000)  # the script run ended
             assert page.evaluate(DRAWN_JS)["exceptions"] == 0, f"an exception on page /{path}"
+            _settled(page, f"({CHIPS_JS})().cut.length === 0")  # web fonts and the sidebar's width arrive late
             chips = page.evaluate(CHIPS_JS)
             assert LONG_NAME in chips["names"], chips  # the default selection shows it...
             assert chips["cut"] == [], f"run names cut in the sidebar on /{path}"  # ...whole
