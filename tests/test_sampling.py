@@ -305,3 +305,26 @@ def test_collect_masks_padding_and_the_rl_logprobs_match(padded_world):
     torch.testing.assert_close(limited[mask], batch.behaviour_logprobs[mask], atol=1e-4, rtol=1e-4)
     unlimited = token_logprobs(logits, batch.targets)
     assert (unlimited[mask] - batch.behaviour_logprobs[mask]).abs().max() > 1.0  # the mask is what makes them match
+
+
+def test_the_update_measures_entropy_over_the_real_ids(padded_world, tmp_path):
+    """Rollouts without entropies (`full_logprobs` False: VLLMEngine on a large vocabulary) make the update measure
+    actor/entropy itself: the policy's entropy over the real ids, as the engine measured it, with the masked padding
+    ids adding nothing (0 log 0 = 0, not NaN)."""
+    import copy
+
+    from bebop.data import tasks
+    from bebop.rl import RLConfig, Trainer
+
+    tok, model, _, _ = padded_world
+    # T = 10 flattens the steered model (about 5.6 nats), so the value is compared, not only its being a number.
+    trainer = Trainer(RLConfig.tiny(rollout="none", lr=0.0, temperature=10.0), copy.deepcopy(model), tok, run_dir=tmp_path / "u",
+                      task=tasks.get("math"))
+    assert trainer.vocab_limit == tok.vocab_size < model.config.vocab_size
+    batch = trainer._generate(0, 0)
+    measured = [h for row in batch.rollout.entropy for h in row]  # math is single-turn: every token is the policy's
+    trainer.engine.full_logprobs = False
+    updated = trainer.update(batch).metrics["actor/entropy"]
+    trainer.writer.close()
+    assert sum(measured) / len(measured) > 1.0
+    assert updated == pytest.approx(sum(measured) / len(measured), abs=5e-2)

@@ -40,6 +40,7 @@ from bebop.data.prompting import PromptFormat, dataset_config, job_prompt_format
 from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
+from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
@@ -50,7 +51,7 @@ from bebop.rl.resume import load_checkpoint, save_checkpoint
 from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.runlog import RunWriter
 from bebop.runlog.null import NullWriter
-from bebop.sampling import logprobs_from_logits
+from bebop.sampling import probs_from_logits
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
@@ -297,8 +298,8 @@ class Trainer:
         loss.backward()
         if not self.engine.full_logprobs:  # rollouts without entropies (vLLM, a large vocabulary)
             with torch.no_grad():  # summed over micro-batches into actor/entropy (entropy_source "update")
-                logp = logprobs_from_logits(row_logits.detach().float(), c.temperature, vocab_limit=self.vocab_limit)
-                stats["entropy"] = (-(logp.exp() * logp).sum(-1) * layout.mask).sum() / num_tokens  # [n, S] -> ()
+                probs = probs_from_logits(row_logits.detach(), c.temperature, vocab_limit=self.vocab_limit)  # [n, S, V]
+                stats["entropy"] = (entropy(probs) * layout.mask).sum() / num_tokens  # [n, S] -> ()
         return {"loss": loss.detach(), **stats}, outputs
 
     # ------------------------------------------------------------------------------------------- loop
