@@ -7,9 +7,9 @@ For each model and batch size it measures, side by side:
     model that computes the same distribution as bebop's draft head;
   * with `--peers ... vllm`, vLLM's plain sampling (an in-process `bebop.engine.vllm.VLLMEngine` over the same
     checkpoint, dtype and prompts, max_tokens = new tokens with EOS ignored), in the same interleaved rounds. It
-    asks vLLM for the sampled token's log-prob only (bebop's rows also compute entropies), runs vLLM compiled (its
-    default; the warm-up round pays the compilation), and has no speculative vLLM
-    row until bebop's head plugin can draft in vLLM;
+    asks vLLM for the sampled token's log-prob only (bebop's rows also compute entropies) and runs vLLM compiled (its
+    default; the warm-up round pays the compilation). vLLM is timed plain only: its speculative decoding with a bebop
+    head (bebop.vllm_plugin) has no row here;
   * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
@@ -253,9 +253,9 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
-            records += _hf_records(timed, base, engines, batch, "hf")
+            records += _peer_records(timed, base, engines, batch, "hf")
         if served is not None:
-            records += _hf_records(timed, base, engines, batch, "vllm")
+            records += _peer_records(timed, base, engines, batch, "vllm")
     return records
 
 
@@ -291,19 +291,19 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     return records
 
 
-def _hf_records(timed: dict, base: dict, engines: dict, batch: int, peer: str = "hf") -> list[dict]:
+def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:
     """A peer's records (`peer` "hf" or "vllm"): its plain row with bebop plain's speed over it, HF's assisted row."""
     base = {**base, "engine": peer, "compiled": False}
-    hf = timed[(peer, "plain", 0, False)][0]
-    plain = _timed(base, hf, mode="plain", gamma=0)
+    peer_plain = timed[(peer, "plain", 0, False)][0]
+    plain = _timed(base, peer_plain, mode="plain", gamma=0)
     if False in engines:
-        plain[f"bebop_plain_over_{peer}"] = _ratio(hf, timed[("bebop", "plain", 0, False)][0])
+        plain[f"bebop_plain_over_{peer}"] = _ratio(peer_plain, timed[("bebop", "plain", 0, False)][0])
     if True in engines:
-        plain[f"bebop_compiled_plain_over_{peer}"] = _ratio(hf, timed[("bebop", "plain", 0, True)][0])
+        plain[f"bebop_compiled_plain_over_{peer}"] = _ratio(peer_plain, timed[("bebop", "plain", 0, True)][0])
     records = [plain]
     if batch == 1 and peer == "hf":
         assisted = timed[("hf", "assisted", 3, False)][0]
-        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(hf, assisted)))
+        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(peer_plain, assisted)))
     return records
 
 
