@@ -214,11 +214,6 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
-        # vLLM's CPU worker sizes its attention metadata by the OpenMP threads it set in this thread (and replaces
-        # torch.set_num_threads by a warning). OpenMP's count is per thread: a caller in another thread (the async
-        # trainer's rollout thread) must run with the same count, or the attention kernel refuses (measured:
-        # "Check failed: input->metadata->thread_num == thread_num (2 vs. 1)").
-        self.threads = torch.get_num_threads()
 
     # --------------------------------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None,
