@@ -1,14 +1,44 @@
-"""Each test module and each test starts from the same global generator state.
+"""What every test starts from: its own working directory and the same global generator state.
 
-nn.Module initialisation draws from torch's global generator, so without this a test's weights (and any margin it
-checks) would hang on which tests ran before it and in what order. The module-scoped seed covers module fixtures,
-which pytest sets up before any function-scoped one.
+Working directory: a test that reads `runs/`, `artifacts/` or a cache relative to where pytest was started tests that
+machine's state, not the code (`make demo` writes `runs/` into the checkout, and a relative "runs/" then exists). So
+the session starts in an empty directory of its own (module and session fixtures see it) and each test in its own
+`tmp_path`; the model caches point into empty temporary directories. Paths a test means in the checkout
+are spelled from `__file__`.
+
+Generator: nn.Module initialisation draws from torch's global generator, so without the reseeding a test's weights
+(and any margin it checks) would hang on which tests ran before it and in what order. The module-scoped seed covers
+module fixtures, which pytest sets up before any function-scoped one.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
+
+CACHES = ("HF_HOME", "BEBOP_CACHE")  # Hugging Face's hub cache; bebop's converted models (`bebop get-model`)
+
+
+def pytest_configure(config: pytest.Config):
+    # Before collection: huggingface_hub reads HF_HOME when test modules import it.
+    for name in CACHES:  # the user's model caches are state too: a test makes what it reads
+        os.environ[name] = tempfile.mkdtemp(prefix=f"bebop-test-{name.lower()}-")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_in_an_empty_directory(tmp_path_factory: pytest.TempPathFactory):
+    start = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(start)
+
+
+@pytest.fixture(autouse=True)
+def _test_in_its_own_directory(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="module", autouse=True)

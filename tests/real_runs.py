@@ -30,7 +30,7 @@ def real_runs_root() -> Path:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name, args in COMMANDS.items():
         out = ["--out" if args[0] == "rl" else "--run-dir", str(root / name)]
-        done = subprocess.run([sys.executable, "-m", "bebop", *args, *out], cwd=REPO, env=env, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "bebop", *args, *out], cwd=root.parent, env=env, capture_output=True,
                               text=True, timeout=300, check=False)
         if done.returncode != 0:
             raise AssertionError(f"bebop {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")

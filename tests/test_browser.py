@@ -98,7 +98,7 @@ def _dashboard(root: Path, tmp_path: Path):
     args = parser.parse_args(["--runs", str(root), "--port", str(port)])
     command = dashboard.streamlit_command(args, script=REPO / "app" / "main.py")  # the README's entry
     with open(log, "wb") as out:
-        server = subprocess.Popen(command, cwd=REPO, env={**os.environ, "BEBOP_RUNS": str(root)},
+        server = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "BEBOP_RUNS": str(root)},
                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_healthy(port, server, log)

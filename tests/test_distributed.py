@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +29,8 @@ def torchrun(*args: str, wait: bool = True, timeout: float = 240):
     running Popen when wait=False)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    # its own empty directory: the job must not see the checkout's runs/ (tests/conftest.py)
+    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.mkdtemp(prefix="bebop-torchrun-"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     if not wait:
         return proc
@@ -165,7 +167,7 @@ def train_mtp(run_dir: Path, *args: str) -> list[dict]:
     """One process: `bebop train-mtp MTP_ARGS ARGS --run-dir run_dir`; the train stream's records."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "bebop", *MTP_ARGS, *args, "--run-dir", str(run_dir)]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(cmd, env=env, cwd=run_dir.parent, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
 

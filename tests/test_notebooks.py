@@ -117,11 +117,14 @@ def test_notebook_is_committed_clean_and_teaches(path: Path):
 @pytest.mark.slow
 @pytest.mark.timeout(max(BUDGET_S.values()) + 300)  # above the per-cell guard: a hang names its cell
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              pytestconfig: pytest.Config):
     monkeypatch.setenv("BEBOP_PROFILE", "quick")
     monkeypatch.setenv("BEBOP_RUNS", str(tmp_path / "runs"))
     html_dir = os.environ.get("BEBOP_NOTEBOOK_HTML")
     if html_dir:  # the figures as HTML with plotly.js beside their JSON: nbconvert renders no plotly JSON by itself
+        # a relative DIR means where pytest was started, not this test's own directory (tests/conftest.py)
+        html_dir = pytestconfig.invocation_params.dir / html_dir
         monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype+notebook")
     nb = nbformat.read(path, as_version=4)
     budget = BUDGET_S[path.stem]

@@ -60,7 +60,8 @@ def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
-def test_a_policy_is_the_default_a_directory_or_a_hub_id(policies, tmp_path):
+def test_a_policy_is_the_default_a_directory_or_a_hub_id(policies, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # "~/nope" must not depend on the user's home either
     assert check_policy(None) == DEFAULT_DIR
     assert check_policy(str(policies["full"])) == policies["full"]
     for hub_id in ("Qwen/Qwen3-0.6B", "gpt2", "org/name.v1"):

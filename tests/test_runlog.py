@@ -17,8 +17,6 @@ from bebop.runlog import write as runwriter
 from bebop.runlog.read import SETUP_KEYS, run_setup
 from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @dataclass(frozen=True)
 class _Inner:
@@ -312,5 +310,5 @@ def test_load_run_errors(tmp_path):
 ])
 def test_writers_do_not_import_pandas(code):
     # A fresh interpreter: in this one, other tests have long since imported pandas.
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
