@@ -15,6 +15,7 @@ it, in the same order).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from typing import Any
 
@@ -101,12 +102,18 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
-def broadcast_object(obj: Any) -> Any:
-    """Rank 0's `obj` on every rank."""
+def broadcast_object(obj: Any, *, wait: datetime.timedelta | None = None) -> Any:
+    """Rank 0's `obj` on every rank. `wait`: how long the other ranks may wait for rank 0 to send it, when rank 0
+    computes it first for longer than the process group's timeout allows a collective (NCCL's: 10 minutes), e.g.
+    generates a data set. The wait happens in a gloo group of its own with that timeout, so the default group's
+    timeout still catches a hung peer everywhere else."""
     if not active():
         return obj
+    group = dist.new_group(backend="gloo", timeout=wait) if wait is not None else None
     box = [obj if is_main() else None]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=group)
+    if group is not None:
+        dist.destroy_process_group(group)
     return box[0]
 
 
@@ -138,17 +145,23 @@ def unsharded(model: torch.nn.Module):
         model.reshard()
 
 
-def shard(model: torch.nn.Module, blocks, methods: tuple[str, ...] = ()) -> torch.nn.Module:
+def shard(model: torch.nn.Module, blocks, methods: tuple[str, ...] = (),
+          param_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """FSDP2 over all ranks: each module of `blocks` sharded on its own, then the root; `methods` are root methods
     other than `forward` that run the model (FSDP2 hooks them too). Gradients are summed over the ranks, not
-    averaged: a job normalises its loss by the global count itself (the single-process loss)."""
+    averaged: a job normalises its loss by the global count itself (the single-process loss).
+
+    `param_dtype` is the dtype the parameters are gathered and computed in: the run's autocast dtype, so a bf16 run
+    all-gathers half the bytes (its matmuls cast to bf16 anyway). The float32 shards stay the master weights, and
+    gradients are reduced in float32 whatever it is: a sum over ranks in bf16 would round every rank's share."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     mesh = init_device_mesh(_device().type, (dist.get_world_size(),))
+    precision = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for block in blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=precision)
+    fully_shard(model, mesh=mesh, mp_policy=precision)
     for name in methods:
         register_fsdp_forward_method(model, name)
     for module in model.modules():

@@ -36,7 +36,8 @@ def test_buckets_round_up_and_refuse_bad_sizes():
     b = Buckets(rows=(1, 4, 16), kv_multiple=32)
     assert [b.capacity(n) for n in (1, 2, 4, 5, 16, 17, 40)] == [1, 4, 4, 16, 16, 32, 48]
     assert (b.kv_len(1, 100), b.kv_len(33, 100), b.kv_len(97, 100)) == (32, 64, 100)
-    assert (b.cache_len(33), b.cache_len(33, limit=40), b.cache_len(50, limit=40)) == (64, 40, 50)
+    assert (b.cache_len(33), b.cache_len(33, limit=40), b.cache_len(50, limit=40)) == (96, 40, 50)
+    assert b.kv_len(64, b.cache_len(64)) < b.cache_len(64)  # a step never attends over the whole cache
     exact = Buckets.exact()
     assert not exact.padded and exact.capacity(5) == 5 and exact.kv_len(7, 100) == 7
     for bad in (dict(rows=(4, 2)), dict(rows=(0, 2)), dict(rows=(2, 2)), dict(kv_multiple=0)):

@@ -126,6 +126,7 @@ def test_pool_merge_add_and_round_trip_agree():
     assert SpecCounters.from_dict(pooled).to_dict() == pytest.approx(whole)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_update_stays_on_device_without_syncing():
     counters = SpecCounters(gamma=3)

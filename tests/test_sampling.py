@@ -241,6 +241,7 @@ def test_sample_bad_input_raises():
         sample(np.ones(3))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA to check for host syncs")
 def test_sample_does_not_sync_on_cuda():
     probs = probs_from_logits(torch.randn(64, 1000, device="cuda"), 0.8, top_k=50, top_p=0.9)

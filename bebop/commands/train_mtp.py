@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,6 +66,9 @@ from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror, add_mirror_arguments, mirrors_from_args
 from bebop.runlog.null import NullWriter
 
+# How long the other ranks wait for rank 0 to generate the data set: a bound on a hung rank 0, not on the work.
+GENERATION_WAIT = datetime.timedelta(hours=12)
+
 
 # ------------------------------------------------------------------------------------------------ job
 def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
@@ -86,8 +90,10 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
                                    "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:
         writer.status(message="generating self-generated data")
-        # Rank 0 generates (and caches) the data the single process would; the others receive the same.
-        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config) if main else None)
+        # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
+        # as long as generating takes (hours for a large data set: far past a collective's timeout).
+        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config) if main else None,
+                                            wait=GENERATION_WAIT)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)
         rows = vocab_limit(tokenizer, model.config.vocab_size)

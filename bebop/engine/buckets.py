@@ -9,6 +9,12 @@ record a new graph nearly every step. `Buckets` rounds both up to a few sizes in
   * kv_len    the slots a step attends over, and the caches' length, are rounded up to a multiple of `kv_multiple`
               (capped by the cache): slots past a row's length are masked, so reading more of them changes nothing.
 
+Compiled with dynamic shapes, each phase of a step is one graph per guard set, and two guards would double the
+graphs for nothing. torch specialises a size of 1, so a one-row bucket would get graphs of its own: the default
+buckets start at 2 (a lone row runs beside one row of padding). And a step's attended slots, the slice
+[:kv_len] of a cache, are contiguous exactly when kv_len equals the cache's length, which the compiled matmul
+guards on: a cache gets one `kv_multiple` more than its rows need, so kv_len stays below its length.
+
 `Buckets.exact()` (rows=(), kv_multiple=1) is the unpadded engine: every finished row is dropped at once, every
 shape is the exact one. The padding changes no live row's result (no op mixes rows), which tests/test_engine_buckets
 checks on CPU against the exact engine from the same seed.
@@ -29,7 +35,7 @@ def _round_up(n: int, multiple: int) -> int:
 
 @dataclass(frozen=True)
 class Buckets:
-    rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)  # batch sizes a step runs at; () = the live count itself
+    rows: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128)  # batch sizes a step runs at; () = the live count itself
     kv_multiple: int = 64  # attended slots and cache lengths are multiples of this
 
     def __post_init__(self) -> None:
@@ -55,8 +61,9 @@ class Buckets:
         return next((r for r in self.rows if r >= live), None) or _round_up(live, self.rows[-1])
 
     def cache_len(self, need: int, limit: int | None = None) -> int:
-        """The slots per row a cache gets for rows that need `need`, at most `limit` (the model's positions)."""
-        rounded = _round_up(need, self.kv_multiple)
+        """The slots per row a cache gets for rows that need `need`, at most `limit` (the model's positions): one
+        `kv_multiple` past `need` rounded up, so `kv_len` of any need up to `need` is less than the cache's length."""
+        rounded = _round_up(need, self.kv_multiple) + self.kv_multiple
         return rounded if limit is None else min(rounded, max(limit, need))
 
     def kv_len(self, need: int, max_len: int) -> int:

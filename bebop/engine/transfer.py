@@ -25,8 +25,10 @@ def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.device.type != "cuda":
         return tensor
     out = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    out.copy_(tensor, non_blocking=True)
+    out.copy_(tensor, non_blocking=True)  # queued on the current stream of the tensor's device
+    # That stream, named: the thread's current device may be another GPU (--device cuda:1, a rollout thread), whose
+    # stream would not carry the copy, and the host would read the table before it lands.
     done = torch.cuda.Event()
-    done.record()
+    done.record(torch.cuda.current_stream(tensor.device))
     done.synchronize()
     return out

@@ -112,7 +112,7 @@ def worker(spec: dict) -> dict:
         value = _overlap(spec["variant"], draft, target, weight, spec)  # [N]
         value.sum().backward()
         if device.startswith("cuda"):
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - start)
     peak_bytes = peak(device) - baseline
     rows = torch.linspace(0, spec["positions"] - 1, SAMPLE_ROWS).long().unique()

@@ -36,9 +36,9 @@ def _rss_kib(field: str) -> int:
 def reset_peak(device: str) -> int:
     """Start a fresh peak window; returns the baseline in bytes."""
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        return torch.cuda.memory_allocated()
+        torch.cuda.synchronize(device)  # the variant's device, named: it need not be the current one
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     return _rss_kib("VmRSS") * 1024
 
@@ -46,7 +46,7 @@ def reset_peak(device: str) -> int:
 def peak(device: str) -> int:
     """The high-water mark in bytes since `reset_peak` (subtract its baseline)."""
     if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated()
+        return torch.cuda.max_memory_allocated(device)
     return _rss_kib("VmHWM") * 1024
 
 
