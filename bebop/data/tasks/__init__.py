@@ -7,7 +7,8 @@
     task.stop_strings                                     # ("<eos>",) or ("<eos>", "</call>") for agent
 
 A dataset is a spec instead of a name: `get("jsonl:PATH")`, `get("parquet:PATH")` or `get(DIR)` for a directory
-saved with `datasets`' `save_to_disk`, with a `DatasetConfig` for its column names (see `dataset`).
+saved with `datasets`' `save_to_disk`, with a `DatasetConfig` for its column names (see `dataset`); rows in the
+HumanEval / MBPP layout (prompt, test, entry_point) are code rewarded by their tests (see `code_tests`).
 
 See `base` for the shared contract, and each module for its texts, levels and verifier.
 """
@@ -19,7 +20,8 @@ from typing import Sequence
 from bebop.data.tasks.agent import AgentConfig, AgentEnv, AgentTask, tool_mask
 from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_completion
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
-from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, is_dataset_spec
+from bebop.data.tasks.code_tests import CodeTestsConfig, CodeTestsTask, program_text
+from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_task, is_dataset_spec
 from bebop.data.tasks.math import MathConfig, MathTask
 
 TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent": (AgentTask, AgentConfig)}
@@ -39,7 +41,7 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
                          "parquet:PATH or a directory saved with datasets' save_to_disk")
     if config is not None and not isinstance(config, config_cls):
         raise ValueError(f"config for {name!r} must be a {config_cls.__name__}, got {type(config).__name__}")
-    return DatasetTask(name, config) if task_cls is DatasetTask else task_cls(config)
+    return dataset_task(name, config) if task_cls is DatasetTask else task_cls(config)
 
 
 def task_for(name: str, dataset: DatasetConfig | None = None) -> Task:
@@ -63,5 +65,6 @@ def parse_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> t
 __all__ = [
     "TASKS", "get", "task_for", "parse_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
-    "DatasetTask", "DatasetConfig", "is_dataset_spec",
+    "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",
+    "program_text",
 ]  # fmt: skip

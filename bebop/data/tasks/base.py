@@ -85,6 +85,16 @@ class Rng:
         return [options[i] for i in order]
 
 
+def shuffled_passes(size: int, n: int, seed: int) -> list[int]:
+    """The first n indices of a seeded stream of shuffled passes over `size` rows: every row once before any twice,
+    the same rows for the same seed."""
+    rng = Rng.from_seed(seed)
+    order: list[int] = []
+    while len(order) < n:
+        order += torch.randperm(size, generator=rng.generator).tolist()
+    return order[:n]
+
+
 def strip_completion(completion: str) -> str:
     """The completion up to its first end-of-sequence marker, at most MAX_COMPLETION_CHARS long."""
     return completion.split(EOS, 1)[0][:MAX_COMPLETION_CHARS]

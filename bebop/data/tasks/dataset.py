@@ -1,4 +1,4 @@
-"""A user's math dataset as a task: rows of a JSON-lines file, a Parquet file or a `datasets` directory.
+"""A user's math dataset as a task (a code dataset in the HumanEval layout is `code_tests`; `dataset_task` picks): rows of a JSON-lines file, a Parquet file or a `datasets` directory.
 
     task = bebop.tasks.get("jsonl:data/gsm8k.jsonl")                      # columns question / answer
     task = bebop.tasks.get("parquet:train.parquet", DatasetConfig(prompt_key="problem", answer_key="solution"))
@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import torch
-
 from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY
 from bebop.data.tasks.answers import gold_answer, math_rewards
-from bebop.data.tasks.base import Example, Rng, Task
+from bebop.data.tasks.base import Example, Rng, Task, shuffled_passes
+from bebop.data.tasks.code_tests import CodeTestsTask, is_code_layout
 
 FILE_KINDS = {"jsonl": "json", "parquet": "parquet"}  # spec prefix -> the `datasets` builder that reads it
 _TEXT = ("string", "large_string")
@@ -55,8 +54,25 @@ def is_dataset_spec(spec: str) -> bool:
     return bool(sep) and kind in FILE_KINDS or Path(spec).expanduser().is_dir()
 
 
+def dataset_task(spec: str, config: DatasetConfig | None = None) -> Task:
+    """The task a dataset spec names: rows in the HumanEval / MBPP layout (`code_tests.CODE_COLUMNS`) are code run
+    against their tests, whatever `config`'s column names say; any other rows are math read with them."""
+    config = config or DatasetConfig()
+    rows = read_rows(spec, config)
+    if is_code_layout(rows.column_names):
+        return CodeTestsTask(spec, rows)
+    return DatasetTask(spec, config, rows=rows)
+
+
 def load_rows(spec: str, config: DatasetConfig):
     """The `datasets.Dataset` a spec names, checked: both keys exist, the prompts are text, there are rows."""
+    rows = read_rows(spec, config)
+    _check_columns(spec, rows, config)
+    return rows
+
+
+def read_rows(spec: str, config: DatasetConfig):
+    """The `datasets.Dataset` a spec names (its split `config.split` for a saved DatasetDict), unchecked."""
     import datasets
 
     kind, sep, path = spec.partition(":")
@@ -74,7 +90,6 @@ def load_rows(spec: str, config: DatasetConfig):
         raise
     except Exception as err:  # datasets' own errors (bad JSON, not a dataset directory) as one line
         raise ValueError(f"task {spec!r}: cannot read it: {_first_line(err)}") from err
-    _check_columns(spec, rows, config)
     return rows
 
 
@@ -112,10 +127,14 @@ class DatasetTask(Task):
 
     levels = (1,)
 
-    def __init__(self, spec: str, config: DatasetConfig | None = None):
+    def __init__(self, spec: str, config: DatasetConfig | None = None, *, rows=None):
         self.config = config or DatasetConfig()
         self.name = spec  # what examples and run logs carry; `get(task.name, task.config)` rebuilds the task
-        self.rows = load_rows(spec, self.config)
+        if rows is None:
+            self.rows = load_rows(spec, self.config)
+        else:  # read already, by `dataset_task`
+            _check_columns(spec, rows, self.config)
+            self.rows = rows
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -123,11 +142,7 @@ class DatasetTask(Task):
     def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
         """n rows from the seeded stream of shuffled passes (see the module docstring)."""
         self._check_sample(n, level)
-        rng = Rng.from_seed(seed)
-        order: list[int] = []
-        while len(order) < n:
-            order += torch.randperm(len(self.rows), generator=rng.generator).tolist()
-        return [self.example(i) for i in order[:n]]
+        return [self.example(i) for i in shuffled_passes(len(self.rows), n, seed)]
 
     def example(self, index: int) -> Example:
         """Row `index` as an Example; the answer is kept as text so run logs always serialise it."""

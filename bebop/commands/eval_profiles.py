@@ -1,0 +1,42 @@
+"""Named settings for `bebop eval-mtp --profile NAME`: a whole sweep in one word.
+
+    bebop eval-mtp --profile real      # findings 1-3 on SmolLM2-135M-Instruct with its shipped ce and e2e_tv heads
+
+A profile fills the options left at their defaults; any option given on the command line wins over it, so
+`--profile real --num-prompts 64` is the real sweep with more prompts. `real` is sized for a 2-core CPU: its
+held-out prompts are the built-in math task's (drawn with the eval seed, disjoint from the heads' training prompts)
+and bebop's HumanEval-layout code sample, which the heads never saw; T = 0.5-2.0 at γ = 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+CODE_SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "data" / "code_sample.jsonl"
+PROFILES = {
+    "real": dict(policy="smollm2", heads=["ce", "e2e_tv"], methods=["to", "rs"], temperatures=[0.5, 1.0, 1.5, 2.0],
+                 tasks=["math", f"jsonl:{CODE_SAMPLE}"], gamma=3, num_prompts=8, max_new_tokens=32,
+                 threads=2),
+}
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    """Add --profile; call it after every option a profile sets, whose defaults it records."""
+    parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
+                        help="named settings for the options left at their defaults: real = SmolLM2-135M-Instruct "
+                             "(--policy smollm2) with its ce and e2e_tv heads, math and code, T = 0.5-2.0, sized "
+                             "for a 2-core CPU (default: none)")
+    keys = {k for profile in PROFILES.values() for k in profile}
+    parser.set_defaults(profile_defaults={k: parser.get_default(k) for k in keys})
+
+
+def apply_profile(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the profile's value for every option the command line did not give. An option left out holds its
+    default object itself, while one given holds a new one parsed from the text, even when equal to the default
+    (`--tasks math`), which is what tells them apart; a number typed as its default is the one exception, as Python
+    shares small ints, and it then takes the profile's value."""
+    if args.profile is None:
+        return args
+    chosen = {k: v for k, v in PROFILES[args.profile].items() if getattr(args, k) is args.profile_defaults[k]}
+    return argparse.Namespace(**{**vars(args), **chosen})
