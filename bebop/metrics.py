@@ -38,6 +38,7 @@ ENTROPY_BIN_EDGES: tuple[float, ...] = tuple(0.25 * k for k in range(13)) + (mat
 
 _COUNTER_KEY = re.compile(
     r"spec/(num_drafts|num_draft_tokens|num_accepted_tokens|num_accepted_tokens_per_pos/\d+"
+    r"|num_reached_tokens_per_pos/\d+"
     r"|by_entropy/\d+/(num_draft_tokens|num_accepted_tokens|entropy_sum))"
 )
 _BIN_KEY = re.compile(r"spec/by_entropy/(\d+)/num_draft_tokens")
@@ -285,6 +286,9 @@ def derive(counters: Mapping) -> dict[str, float]:
     for i in range(gamma):
         at_i = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
         out[f"spec/acceptance_rate_pos/{i}"] = _ratio(at_i, drafts)
+        # Steps of different depths (gamma="auto"): not every draft that accepted i-1 drafted i, so the reached
+        # counts are stored (`bebop.engine.depth.pool_depths`).
+        reached = float(counters.get(f"spec/num_reached_tokens_per_pos/{i}", reached))
         out[f"spec/alpha_pos/{i}"] = _ratio(at_i, reached)
         reached = at_i  # a draft reaches i+1 exactly when it accepted i
     rows = _bins(counters)

@@ -45,6 +45,7 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
     assert [line.split()[1] for line in speed.splitlines() if line.split()[1:2] in (["4"], ["2"])] == ["4", "2"]
     assert "bound" in out and "Why they differ" in out
     assert "bebop dashboard --runs" in out and "accept length" in out and "--self-draft" in out
+    assert "γ=auto chose γ=" in out and " at 4 rows" in out and " at 2 rows" in out  # the depth of each regime
     runs = list_runs(tmp_path / "runs")
     assert sorted(r.path.name for r in runs) == RUN_NAMES
     assert all(r.state == "finished" and r.kind == "rl" for r in runs)
@@ -55,6 +56,10 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
         assert spec == info.path.name.endswith("mtp-rs-e2e_tv")
         assert run.meta["config"]["rollout"] == ("rs" if spec else "none")
         assert run.meta["config"]["prompts_per_step"] == (2 if info.path.name.startswith("rows4") else 1)
+        if spec:  # gamma="auto": every engine step's depth counted
+            train = run.streams["train"]
+            chosen = sum(train[f"spec/num_gamma_chosen/{g}"].sum() for g in range(run.meta["config"]["max_gamma"] + 1))
+            assert run.meta["config"]["gamma"] == "auto" and chosen == train["engine/num_steps"].sum()
 
 
 def records(steps, *, draft_s, verify_s, accepted):

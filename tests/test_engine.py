@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from scipy.stats import chisquare
 
 from bebop.engine import Engine
+from bebop.engine.depth import Choice, DepthConfig, DepthController
 from bebop.engine.rollout import GenerationConfig
 from bebop.losses import draft_loss
 from bebop.models.config import ModelConfig
@@ -82,18 +84,23 @@ def test_first_three_tokens_match_plain_sampling(method):
     check_first_three_tokens(method, torch.device("cpu"))
 
 
-def check_first_three_tokens(method: str, device: torch.device, *, compile: bool = False) -> None:
-    """RS / TO at γ = 1, 2 draw the first three tokens from plain sampling's exact law (chi-square), on `device`."""
-    vocab, n = 5, 24_000
+def _near_draft_pair(vocab: int) -> tuple[Transformer, MTPHead]:
+    """A one-layer policy and a draft close to it but not equal, so accepts, rejections and bonuses all occur. The
+    noise has its own generator: how far acceptance falls depends on the draw (0.04-0.46 for TO at γ=1 across
+    draws), so it must not hang on whatever the global generator holds after other tests."""
     config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
     model, head = self_draft_pair(config, seed=3)
-    # A draft close to the target but not equal, so accepts, rejections and bonuses all occur. Its own generator:
-    # how far acceptance falls depends on the draw (0.04-0.46 for TO at γ=1 across draws), so it must not hang on
-    # whatever the global generator holds after other tests.
     noise = torch.randn(config.hidden_size, config.hidden_size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         head.fc.weight[:, : config.hidden_size].add_(noise * 0.4)
+    return model, head
+
+
+def check_first_three_tokens(method: str, device: torch.device, *, compile: bool = False) -> None:
+    """RS / TO at γ = 1, 2 draw the first three tokens from plain sampling's exact law (chi-square), on `device`."""
+    vocab, n = 5, 24_000
+    model, head = _near_draft_pair(vocab)
     prompt = [1, 2]
     exact = _exact_first_three(model, prompt, vocab).flatten()
     engine = Engine(model.to(device), head.to(device), compile=compile)
@@ -325,3 +332,144 @@ def test_env_replies_of_different_lengths_at_different_positions(tiny_pair, gamm
     assert [len(t) for t in rollout.tokens] == [60, 60]
     runs = "".join("e" if o == "env" else "." for o in rollout.origin[1]).split(".")
     assert max(len(r) for r in runs) == 10  # the long reply went in whole
+
+
+# ---- gamma="auto": a depth chosen per step (bebop.engine.depth) ------------------------------------------------
+class _Scripted(DepthController):
+    """A depth rule fixed by the test, fed only what earlier steps emitted (as the real controller is)."""
+
+    def __init__(self, max_gamma: int, rule):
+        super().__init__(DepthConfig(max_gamma))
+        self.rule, self.history = rule, []  # history: (γ, num_accepted per row) of each finished step
+
+    def decide(self, rows: int) -> Choice:
+        gamma = self.rule(self.history)
+        return Choice(gamma, rows, rows, self.expected_accepted(gamma), math.nan, False)
+
+    def observe(self, rows, gamma, seconds, num_accepted) -> None:
+        super().observe(rows, gamma, seconds, num_accepted)
+        self.history.append((gamma, list(num_accepted)))
+
+
+def _mostly_accepted(history) -> int:  # adaptive: deep after a step that accepted at least half its drafts
+    if not history or history[-1][0] == 0:
+        return 1
+    gamma, accepted = history[-1]
+    return 2 if sum(accepted) >= 0.5 * gamma * len(accepted) else 0
+
+
+DEPTH_RULES = {"0 then 2": lambda h: (0, 2, 1)[min(len(h), 2)], "2 then 0": lambda h: (2, 0, 1)[min(len(h), 2)],
+               "adaptive": _mostly_accepted}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["rs", "to"])
+def test_a_depth_chosen_per_step_keeps_the_first_three_tokens_exact(method):
+    """Depths switched between steps (0 included, and chosen from the previous step's acceptance) draw the first
+    three tokens from plain sampling's exact law (chi-square); a wrong law is rejected by the same counts."""
+    vocab, n = 5, 24_000
+    model, head = _near_draft_pair(vocab)
+    prompt = [1, 2]
+    exact = _exact_first_three(model, prompt, vocab).flatten()
+    keep = exact * n >= 5  # chi-square needs expected counts >= 5; pool the rest into one cell
+    f_exp = torch.cat([exact[keep], exact[~keep].sum()[None]]) * n
+    for name, rule in DEPTH_RULES.items():
+        scripted = _Scripted(2, rule)
+        engine = Engine(model, head, depth=scripted)
+        rollout = engine.generate([prompt] * n, GenerationConfig(max_new_tokens=3, gamma="auto", max_gamma=2,
+                                                                 method=method, seed=7))
+        chosen = [g for g, _ in scripted.history]
+        assert 0 in chosen or name == "adaptive", chosen
+        codes = torch.tensor([t[0] * vocab * vocab + t[1] * vocab + t[2] for t in rollout.tokens])
+        observed = torch.bincount(codes, minlength=vocab**3).double()
+        f_obs = torch.cat([observed[keep], observed[~keep].sum()[None]])
+        assert chisquare(f_obs.numpy(), f_exp.numpy()).pvalue > 1e-3, (method, name, chosen)
+        wrong = exact.view(vocab, -1)[torch.roll(torch.arange(vocab), 1)].flatten()
+        w_exp = torch.cat([wrong[keep], wrong[~keep].sum()[None]]) * n
+        assert chisquare(f_obs.numpy(), (w_exp * f_obs.sum() / w_exp.sum()).numpy()).pvalue < 1e-6
+
+
+def test_auto_depth_at_temperature_zero_is_plain_greedy_decoding(tiny_pair):
+    model, head = tiny_pair
+    engine = Engine(model, head, depth=_Scripted(3, lambda h: (3, 0, 1, 2)[len(h) % 4]))
+    plain = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=16, temperature=0, gamma=0))
+    auto = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=16, temperature=0, gamma="auto", max_gamma=3))
+    assert auto.tokens == plain.tokens
+
+
+def test_auto_depth_counters_add_up(tiny_pair):
+    model, head = tiny_pair
+    scripted = _Scripted(3, lambda h: (3, 0, 1, 2)[len(h) % 4])
+    rollout = Engine(model, head, depth=scripted).generate(
+        PROMPTS, GenerationConfig(max_new_tokens=20, gamma="auto", max_gamma=3, seed=0))
+    s = rollout.stats
+    assert sum(s[f"spec/num_gamma_chosen/{g}"] for g in range(4)) == s["num_steps"] == len(scripted.history)
+    drafted = [(g, a) for g, a in scripted.history if g > 0]
+    assert s["spec/num_drafts"] == sum(len(a) for _, a in drafted)
+    assert s["spec/num_draft_tokens"] == sum(g * len(a) for g, a in drafted)
+    assert s["spec/num_accepted_tokens"] == sum(sum(a) for _, a in drafted)
+    for i in range(3):  # α_i over the drafts that drafted position i and reached it
+        reached = sum(n >= i for g, a in drafted if g > i for n in a)
+        accepted = sum(n > i for g, a in drafted if g > i for n in a)
+        assert s[f"spec/alpha_pos/{i}"] == pytest.approx(accepted / reached)
+    cells = {key for key in s if key.startswith("engine/cost/") and key.endswith("/steps")}
+    assert sum(s[key] for key in cells) == s["num_steps"]
+
+
+def _bad_head(config: ModelConfig) -> tuple[Transformer, MTPHead]:
+    """A self-draft pair whose head's final norm is negated: q favours what p does not, so drafts are mostly
+    rejected while costing what a good head costs."""
+    model, head = self_draft_pair(config, logit_std=4.0)
+    with torch.no_grad():
+        head.norm.weight.neg_()
+    return model, head
+
+
+class _StepCosts(DepthController):
+    """The engine's controller with a step-cost model in place of the wall clock, so the decision under test does
+    not hang on the load of a shared machine (the benchmarks time real steps): a draft token costs a quarter of a
+    plain step; verification is free."""
+
+    def observe(self, rows, gamma, seconds, num_accepted) -> None:
+        super().observe(rows, gamma, 1.0 + 0.25 * gamma, num_accepted)
+
+
+def _chosen_after_learning(model, head, prompts, max_new_tokens: int) -> tuple[list[int], DepthController]:
+    controller = _StepCosts(DepthConfig(max_gamma=4))
+    engine = Engine(model, head, depth=controller)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, gamma="auto", max_gamma=4, seed=0)
+    engine.generate(prompts, config)  # the controller learns across calls: this one explores every depth
+    stats = engine.generate(prompts, replace(config, seed=1)).stats
+    return [stats[f"spec/num_gamma_chosen/{g}"] for g in range(5)], controller
+
+
+def test_auto_depth_picks_plain_decoding_when_drafts_cost_more_than_they_buy():
+    chosen, controller = _chosen_after_learning(*_bad_head(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)),
+                                                PROMPTS, 40)
+    assert controller.alphas()[0] < 0.2
+    assert chosen[0] >= 0.9 * sum(chosen), chosen  # the rest: probes of γ = 1 (every probe_every-th step)
+
+
+def test_auto_depth_drafts_deepest_with_a_perfect_draft_at_few_rows():
+    chosen, controller = _chosen_after_learning(*self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)),
+                                                [[1, 2]], 60)
+    assert controller.alphas()[0] > 0.9
+    assert chosen[4] >= 0.9 * sum(chosen), chosen
+
+
+def test_auto_depth_measures_every_depth_on_the_real_clock(tiny_pair):
+    engine = Engine(*tiny_pair)
+    rollout = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=24, gamma="auto", max_gamma=3, seed=0))
+    assert {g for _, g in engine.depth.cost_table()} == {0, 1, 2, 3}
+    assert all(seconds > 0 for seconds in engine.depth.cost_table().values())
+    assert rollout.stats["spec/num_probe_steps"] >= 4
+
+
+def test_auto_depth_errors():
+    with pytest.raises(ValueError, match="gamma"):
+        GenerationConfig(max_new_tokens=4, gamma="deep")
+    with pytest.raises(ValueError, match="max_gamma"):
+        GenerationConfig(max_new_tokens=4, gamma="auto", max_gamma=0)
+    model, _ = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=1))
+    with pytest.raises(ValueError, match="needs an MTP head"):
+        Engine(model).generate([[1]], GenerationConfig(max_new_tokens=4, gamma="auto"))

@@ -7,6 +7,9 @@ give exactly the product law Π_j p_j, whatever the draft q.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -110,6 +113,84 @@ def test_enumeration_detects_a_wrong_residual(monkeypatch):
     monkeypatch.setattr(verify_module, "_residual_weights", lambda target, draft, tokens, method: target.double())
     law = _exact_law(target, draft, "rs")
     assert 0.5 * (law - _product(target)).abs().sum() > 0.05  # total variation, vs the 1e-6 tolerance above
+
+
+def _markov_law(target: torch.Tensor, start: int, length: int) -> dict[tuple[int, ...], float]:
+    """Plain sampling's exact law of `length` tokens from a first-order chain target [V, V] (row = previous token)."""
+    law = {(): 1.0}
+    for _ in range(length):
+        law = {seq + (t,): w * float(target[seq[-1] if seq else start, t]) for seq, w in law.items()
+               for t in range(target.shape[1])}
+    return law
+
+
+def _speculative_law(target, draft, start: int, length: int, depth, method: str) -> dict[tuple[int, ...], float]:
+    """Exact law of the first `length` tokens when each verification step drafts depth(emitted so far) tokens
+    (a chain draft [V, V]) and verifies them against the chain target: enumerated over every draft sequence and
+    outcome, with `acceptance_probs` / `residual_probs`, the pieces `verify` samples with."""
+    vocab, law = target.shape[0], {}
+
+    def extend(seq: tuple[int, ...], weight: float) -> None:
+        if len(seq) >= length:
+            law[seq[:length]] = law.get(seq[:length], 0.0) + weight
+            return
+        gamma, last = depth(seq), seq[-1] if seq else start
+        if gamma == 0:  # a plain step samples the next token from p
+            for t in range(vocab):
+                extend(seq + (t,), weight * float(target[last, t]))
+            return
+        chains = itertools.product(range(vocab), repeat=gamma) if method == "rs" else [None]
+        for chain in chains:
+            if chain is None:  # "to": the greedy chain of the draft
+                chain, prev = [], last
+                for _ in range(gamma):
+                    chain.append(int(draft[prev].argmax()))
+                    prev = chain[-1]
+            context = [last, *chain]  # the token each position is predicted from
+            p = target[context][None]  # [1, γ+1, V]
+            q = draft[context[:gamma]][None]  # [1, γ, V]
+            w = math.prod(float(draft[c, t]) for c, t in zip(context, chain)) if method == "rs" else 1.0
+            tokens = torch.tensor([chain], dtype=torch.long).reshape(1, gamma)
+            alpha = acceptance_probs(tokens, p, q, method)[0].tolist()  # [γ]
+            residual = residual_probs(tokens, p, q, method)[0]  # [γ, V]
+            reach = weight * w
+            for k in range(gamma + 1):  # exactly k drafts accepted, then a recovered (k < γ) or bonus token
+                stop = reach * (1 - alpha[k]) if k < gamma else reach
+                nxt = residual[k] if k < gamma else p[0, gamma]
+                for t in range(vocab):
+                    if stop * float(nxt[t]) > 0:
+                        extend(seq + tuple(chain[:k]) + (t,), stop * float(nxt[t]))
+                if k < gamma:
+                    reach *= alpha[k]
+
+    extend((), 1.0)
+    return law
+
+
+@pytest.mark.parametrize("method", ["rs", "to"])
+def test_a_depth_chosen_per_step_from_what_was_emitted_keeps_the_law_exact(method):
+    # gamma="auto" decides each step's depth from what earlier steps emitted (bebop.engine.depth), 0 included.
+    # Enumerated: whatever that rule, the emitted sequence is exactly plain sampling's.
+    gen, vocab, length = _gen(4), 3, 5
+    target, draft = _dirichlet((vocab, vocab), gen), _dirichlet((vocab, vocab), gen)
+    rules = {"schedule": lambda seq: (2, 0, 1, 2, 0)[min(len(seq), 4)],
+             "adaptive": lambda seq: 0 if seq and seq[-1] == 0 else 1 + sum(seq) % 2}
+    plain = _markov_law(target, 0, length)
+    for name, rule in rules.items():
+        law = _speculative_law(target, draft, 0, length, rule, method)
+        assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+        worst = max(abs(law.get(seq, 0.0) - w) for seq, w in plain.items())
+        assert worst < 1e-12, (name, worst)
+
+
+def test_the_per_step_depth_enumeration_has_power(monkeypatch):
+    # Recovering from p instead of the residual, under the same adaptive rule, is caught far above the tolerance.
+    gen, vocab, length = _gen(4), 3, 4
+    target, draft = _dirichlet((vocab, vocab), gen), _dirichlet((vocab, vocab), gen)
+    monkeypatch.setattr(verify_module, "_residual_weights", lambda target, draft, tokens, method: target.double())
+    law = _speculative_law(target, draft, 0, length, lambda seq: (2, 0, 1)[len(seq) % 3], "rs")
+    plain = _markov_law(target, 0, length)
+    assert 0.5 * sum(abs(law.get(seq, 0.0) - w) for seq, w in plain.items()) > 0.01
 
 
 # ---- the pieces are what the paper says -----------------------------------------------------------------
@@ -386,6 +467,7 @@ def test_draft_probs_are_optional_for_to_and_greedy():
         assert verdict.num_accepted.shape == (4,)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA to check for host syncs")
 @pytest.mark.parametrize("method", ["rs", "to", "greedy"])
 def test_verify_does_not_sync_on_cuda(method):

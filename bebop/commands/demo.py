@@ -5,14 +5,17 @@ of `bebop.commands.policy`) it runs the same short GRPO job (async, same seed an
 twice:
 
     1. rollouts by plain decoding (no MTP)
-    2. rollouts by MTP speculative decoding with rejection sampling, the head (e2e TV by default) kept frozen
+    2. rollouts by MTP speculative decoding with rejection sampling, the head (e2e TV by default) kept frozen, at
+       `--gamma` (default "auto": the engine chooses each step's draft depth from the acceptance and step costs it
+       measures, so at a batch where drafting does not pay it decodes plainly; bebop.engine.depth)
 
 once at `--prompts` x `--group` rows per step (32 by default, a usual RL batch) and once at `--small-prompts` x
 `--group` (4: the small effective batch of the long tails of agentic rollouts, where the paper's gain is largest).
 It prints what changed: reward and entropy (the same, up to sampling noise: rejection sampling is lossless), the
-accept length, the step and rollout times, and per regime the measured speedups beside their bound: the accept
-length over the measured cost of a speculative step in plain steps (`bebop.metrics.theoretical_speedup`'s
-arithmetic), or the accept length alone where the runs did not log the engine's step costs. All runs land under
+accept length, the γ the engine chose, the step and rollout times, and per regime the measured speedups beside
+their bound: the tokens per row and engine step over the measured cost of an engine step in plain steps
+(`bebop.metrics.theoretical_speedup`'s arithmetic), or the accept length alone where the runs did not log the
+engine's step costs. All runs land under
 `--out` (default ./runs), so the dashboard shows them:
 
     bebop dashboard --runs runs
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
@@ -44,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gamma", type=gamma_arg, default="auto",
+                        help="draft depth of the MTP runs, an int >= 1 or 'auto' (chosen per engine step) "
+                             "(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per phase (default: half the cores)")
     add_device_args(parser, dtype_help="the rollouts' dtype and the update's autocast dtype")
 
@@ -52,6 +59,7 @@ def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
     overrides = {"threads": args.threads} if args.threads else {}
     return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, mtp="frozen", checkpoint_every=0,
+                          gamma=args.gamma,
                           samples_per_step=4, device=args.device, gen_dtype=args.dtype, **overrides)
 
 
@@ -67,20 +75,32 @@ def step_seconds(records: list[dict]) -> dict[str, float] | None:
     return None if costs is None else {"draft": costs["draft_s"], "verify": costs["verify_s"]}
 
 
+def tokens_per_row_step(records: list[dict]) -> float | None:
+    """1 + accepted drafts per row and engine step, over every engine step (plain ones too, where gamma="auto" chose
+    0): the accept length of a run whose depth varies. None when the engine's row-steps were not logged."""
+    row_steps = sum(r.get("engine/num_row_steps", 0) for r in records)
+    if not row_steps or "spec/num_accepted_tokens" not in records[0]:
+        return None
+    return 1 + sum(r["spec/num_accepted_tokens"] for r in records) / row_steps
+
+
 def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> dict:
-    """One regime's measured speedups and their bound. The bound is the accept length divided by what a speculative
-    step costs in plain steps ((verify + γ drafts) / plain step, both measured by the engine in these runs), or the
-    accept length alone (drafting and verifying as cheap as one plain step) when the costs were not logged."""
+    """One regime's measured speedups and their bound. The bound is the tokens per row and engine step (the accept
+    length, plain steps counted) divided by what an engine step costs in plain steps ((verify + drafts) / plain
+    step, both measured by the engine in these runs), or the accept length alone (drafting and verifying as cheap
+    as one plain step) when the costs were not logged."""
     from bebop.commands.bench.rl import summarize
 
     plain, spec = summarize(plain_records), summarize(spec_records)
+    tokens = tokens_per_row_step(spec_records) or spec["accept_length"]
     out = {"rows": rows, "plain": plain, "spec": spec, "accept_length": spec["accept_length"],
            "end_to_end": plain["step_s"] / spec["step_s"], "rollout": plain["gen_s"] / spec["gen_s"],
-           "bound": spec["accept_length"], "verify_cost": None}
+           "bound": spec["accept_length"], "verify_cost": None, "gamma_mode": spec.get("gamma_mode"),
+           "gamma_mean": spec.get("gamma_mean")}
     plain_cost, spec_cost = step_seconds(plain_records), step_seconds(spec_records)
     if plain_cost and spec_cost and plain_cost["verify"] > 0:
         step_cost = (spec_cost["draft"] + spec_cost["verify"]) / plain_cost["verify"]
-        out.update(bound=spec["accept_length"] / step_cost, verify_cost=spec_cost["verify"] / plain_cost["verify"])
+        out.update(bound=tokens / step_cost, verify_cost=spec_cost["verify"] / plain_cost["verify"])
     return out
 
 
@@ -92,7 +112,9 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
         ("reward (mean over steps)", fmt(plain["reward_mean"]), fmt(spec["reward_mean"])),
         ("policy entropy (nats)", fmt(plain["entropy"]), fmt(spec["entropy"])),
         ("response length (tokens)", fmt(plain["response_length"], "{:.1f}"), fmt(spec["response_length"], "{:.1f}")),
-        ("accept length (γ=3)", "-", fmt(spec.get("accept_length"), "{:.2f}")),
+        ("accept length (steps that drafted)", "-", fmt(spec.get("accept_length"), "{:.2f}")),
+        ("γ chosen: most often (mean)", "-", "-" if spec.get("gamma_mode") is None else
+         f"{spec['gamma_mode']} ({spec['gamma_mean']:.1f})"),
         ("rollout time / step (s)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
         ("step time (s)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
     ]
@@ -132,10 +154,15 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
         speed.add_row(str(r["rows"]), f"{r['accept_length']:.2f}", f"{r['rollout']:.2f}x", f"{r['end_to_end']:.2f}x",
                       f"{r['bound']:.2f}x")
     console.print(speed)
-    bound = ("accept length / measured (verify + γ·draft) step cost in plain steps"
+    bound = ("tokens per row-step / measured (verify + drafts) step cost in plain steps"
              if all(r["verify_cost"] is not None for r in regimes) else
              "the accept length: the engine's step costs were not logged, so drafting and verifying count as free")
     console.print(f"bound: {bound}. Rewards differ only by sampling noise: RS is lossless.")
+    chose = [f"γ={r['gamma_mode']} at {r['rows']} rows (mean {r['gamma_mean']:.1f} over engine steps)"
+             for r in regimes if r.get("gamma_mode") is not None]
+    if chose:
+        console.print("γ=auto chose " + " and ".join(chose) + ": the depth that maximised measured tokens/s "
+                      "(acceptance over step cost; γ=0 is plain decoding).")
     console.print(why_they_differ(regimes))
     console.print("What a perfect draft head would reach here: [bold]bebop bench rl --self-draft policy[/bold]")
     console.print("runs: " + ", ".join(str(d) for d in dirs))

@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
@@ -58,9 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('seed')}")
     parser.add_argument("--lr", type=float, default=None,
                         help=f"the policy's AdamW learning rate; {_preset_default('lr')}")
-    parser.add_argument("--gamma", type=int, default=None,
-                        help=f"draft depth γ of TO/RS rollouts and of the online head's loss; "
+    parser.add_argument("--gamma", type=gamma_arg, default=None,
+                        help=f"draft depth γ of TO/RS rollouts and of the online head's loss, or 'auto': the engine "
+                             f"chooses each step's γ in 0..--max-gamma from measured acceptance and step costs; "
                              f"{_preset_default('gamma')}")
+    parser.add_argument("--max-gamma", type=int, default=None,
+                        help=f"with --gamma auto, the deepest draft; {_preset_default('max_gamma')}")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per phase (default: half the cores each for generation and update)")
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
@@ -78,12 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "threads", "micro_batch_tokens", "checkpoint_every")
+    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
     if args.gamma is not None:
-        overrides["mtp_depth"] = args.gamma
+        overrides["mtp_depth"] = args.max_gamma or RLConfig.max_gamma if args.gamma == "auto" else args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
                            mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
                            **overrides,

@@ -25,23 +25,35 @@ import time
 import warnings
 
 import torch
+from torch.fx.experimental import _config as fx_config
 from torch.utils._pytree import tree_map_only
 
 from bebop.engine.batch import Batch, pad_feeds, rows_of
 from bebop.engine.buckets import Buckets, CachePool
+from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters, pool_depths, spec_counts
 from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
-from bebop.metrics import SpecCounters, derive, entropy
+from bebop.metrics import derive, entropy
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
 from bebop.sampling import probs_from_logits, sample
 
 
 def _graphed(fn):
-    """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses."""
+    """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses.
+
+    Compiled under two settings that keep the graphs to one per phase and sampling setting (tests/test_cuda_wiring):
+    Python floats (temperature, top-p) are compiled in as constants, one graph per value (left symbolic, each would
+    enter the graph as a CPU scalar tensor, and inductor does not replay a graph with a CPU input as a CUDA graph);
+    and sizes that happen to be equal get no shared symbol ("duck shapes"): a row bucket equal to the kv heads or
+    to the step's width would tie the two, then fix both, and the next bucket would compile again."""
     compiled = torch.compile(fn, dynamic=True, mode="reduce-overhead")
-    return lambda *args, **kwargs: tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+
+    def run(*args, **kwargs):
+        with torch._dynamo.config.patch(specialize_float=True), fx_config.patch(use_duck_shape=False):
+            return tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+    return run
 
 
 class Engine:
@@ -75,8 +87,11 @@ class Engine:
     full_logprobs = True
 
     def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False,
-                 buckets: Buckets | None = None):
+                 buckets: Buckets | None = None, depth: DepthController | None = None):
         self.model, self.mtp, self.compiled = model, mtp, compile
+        # gamma="auto": what chooses each step's depth. It learns across generate() calls (acceptance and step
+        # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
+        self.depth, self._fixed_depth, self._depths = depth, depth is not None, {}
         self.config = model.config
         if mtp is not None:
             check_head_fits(mtp.config, self.config)
@@ -121,20 +136,46 @@ class Engine:
         # Not torch.seed(): that reseeds the global generator with OS entropy, behind the caller's back.
         seed = config.seed if config.seed is not None else int(torch.randint(2**62, ()))
         generator.manual_seed(seed)
-        verdicts: list[list[float]] = []  # per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
+        # per depth γ, per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
+        verdicts: dict[int, list[list[float]]] = {}
         timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
+        controller = self._controller(config) if config.auto else None
+        choices: list[tuple[Choice, float]] = []  # gamma="auto": each step's decision and measured seconds
         out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode)
         start = time.perf_counter()
         with self.packed_weights():
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
-            steps = 0
+            steps = row_steps = 0
             while batch.rows:
                 steps += 1
-                self._step(batch, config, generator, out, verdicts, timing)
+                row_steps += len(batch.rows)
+                if controller is None:
+                    self._step(batch, config.gamma, config, generator, out, verdicts, timing)
+                    continue
+                # The depth comes from earlier steps' counters only, never this step's draws: lossless.
+                rows, choice = len(batch.rows), controller.decide(len(batch.rows))
+                seconds, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
+                controller.observe(rows, choice.gamma, seconds, accepted)
+                choices.append((choice, seconds))
         wall = time.perf_counter() - start
-        return out.build(self._stats(out, verdicts, timing, wall, steps, config))
+        stats = self._stats(out, verdicts, timing, wall, (steps, row_steps), config)
+        if controller is not None:
+            stats.update(depth_counters(choices, config.max_gamma))
+        return out.build(stats)
+
+    def _controller(self, config: GenerationConfig) -> DepthController:
+        if self._fixed_depth:
+            if self.depth.max_gamma != config.max_gamma:
+                raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
+                                 f"config.max_gamma is {config.max_gamma}")
+            return self.depth
+        key = (config.max_gamma, config.method)
+        if key not in self._depths:
+            self._depths[key] = DepthController(DepthConfig(config.max_gamma))
+        self.depth = self._depths[key]
+        return self.depth
 
     # ----------------------------------------------------------------------------------------------
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
@@ -151,18 +192,18 @@ class Engine:
             raise ValueError(f"vocab_limit={config.vocab_limit} exceeds the model's vocabulary of {vocab} ids")
         if any(not 0 <= t < vocab for t in config.stop_tokens):
             raise ValueError(f"stop_tokens has ids out of range [0, {vocab}): {config.stop_tokens}")
-        need = max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1
+        need = max(len(p) for p in prompts) + config.max_new_tokens + config.depth + 1
         if need > self.config.max_position_embeddings:
             raise ValueError(
                 f"longest prompt + max_new_tokens + gamma + 1 = {need} exceeds the model's "
                 f"max_position_embeddings={self.config.max_position_embeddings}"
             )
-        if config.gamma > 0 and self.mtp is None:
-            raise ValueError(f"method {config.method!r} with gamma={config.gamma} needs an MTP head; "
+        if config.depth > 0 and self.mtp is None:
+            raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs an MTP head; "
                              "pass Engine(model, mtp) or use gamma=0 for plain decoding")
         depth = getattr(self.mtp, "trained_depth", None)
-        if config.gamma > 0 and depth is not None and config.gamma > depth:
-            warnings.warn(f"gamma={config.gamma} exceeds the head's trained depth {depth}: "
+        if config.depth > 0 and depth is not None and config.depth > depth:
+            warnings.warn(f"gamma={config.depth} exceeds the head's trained depth {depth}: "
                           "acceptance at the extra positions is untrained", stacklevel=3)
 
     def _probs(self, logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
@@ -177,11 +218,11 @@ class Engine:
 
     def _new_batch(self, prompts: list[list[int]], config: GenerationConfig) -> Batch:
         n, device, rows = len(prompts), self.device, self.buckets.capacity(len(prompts))
-        max_len = self.buckets.cache_len(max(len(p) for p in prompts) + config.max_new_tokens + config.gamma + 1,
+        max_len = self.buckets.cache_len(max(len(p) for p in prompts) + config.max_new_tokens + config.depth + 1,
                                          self.config.max_position_embeddings)
         batch = Batch(list(range(n)), [0] * n, list(range(n)), torch.zeros(rows, dtype=torch.long, device=device),
                        self._cache(self.model, rows, max_len))
-        if config.gamma > 0:
+        if config.depth > 0:
             batch.draft_cache = self._cache(self.mtp, rows, max_len)
             batch.draft_hidden = torch.zeros(rows, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
             batch.draft_logits = torch.zeros(rows, self.config.vocab_size, dtype=batch.cache.dtype, device=device)
@@ -210,7 +251,7 @@ class Engine:
             target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
             token = sample(target_probs, generator)  # [F]
             cache.lengths += last + 1
-        if config.gamma > 0:
+        if batch.draft_cache is not None:
             # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
             next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [F, W]
             next_tokens[rows, last] = token
@@ -244,8 +285,11 @@ class Engine:
         if done:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
-    def _step(self, batch: Batch, config, generator, out: RolloutBuilder, verdicts: list, timing) -> None:
-        gamma, sampling = config.gamma, config.sampling
+    def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
+              timing) -> tuple[float, list[int]]:
+        """One decoding step at depth `gamma`. Returns its seconds (before any env feed) and each row's accepted
+        count: what the depth controller learns from."""
+        sampling = config.sampling
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0 = time.perf_counter()
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
@@ -272,7 +316,7 @@ class Engine:
         table = host_copy(host).tolist()  # HOST SYNC
         results = [unpack_host_row(table[slot], gamma) for slot in batch.slots]
         if gamma > 0:
-            verdicts += [[r.num_accepted, *r.verified_entropies] for r in results]
+            verdicts.setdefault(gamma, []).extend([r.num_accepted, *r.verified_entropies] for r in results)
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
         keep, parked = self._retire(batch, results, gamma, out)
         # 5. advance the survivors
@@ -283,7 +327,8 @@ class Engine:
                                                                                 hidden))
         if batch.rows:
             accepted_host = [results[i].num_accepted for i in keep]
-            self._advance(batch, num_accepted, accepted_host, next_token, emitted, hidden, config)
+            self._advance(batch, gamma, num_accepted, accepted_host, next_token, emitted, hidden, config)
+        seconds = time.perf_counter() - t0
         if parked:
             self._settle(batch, parked, config, generator, out)
         self._sync(config)
@@ -291,6 +336,7 @@ class Engine:
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
+        return seconds, [r.num_accepted for r in results]
 
     def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
@@ -307,23 +353,25 @@ class Engine:
                 parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [r.tokens[stop_at], *reply]))
         return keep, parked
 
-    def _advance(self, batch: Batch, num_accepted, accepted_host: list[int], next_token, emitted, hidden,
-                 config) -> None:
-        if config.gamma > 0:
+    def _advance(self, batch: Batch, gamma: int, num_accepted, accepted_host: list[int], next_token, emitted,
+                 hidden, config) -> None:
+        if batch.draft_cache is not None:  # a plain step under gamma="auto" too: the next step may draft
             batch.draft_hidden, batch.draft_logits = self.catch_up_step(
                 self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
-                kv_len=self.buckets.kv_len(max(batch.lengths) + config.gamma + 1, batch.cache.max_len))
+                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len))
         else:
             batch.cache.lengths += num_accepted + 1
         if batch.capacity > len(batch.rows):
             # Padding rows advance too; held where their next writes still fit (live rows never get that far).
             for cache in (batch.cache, batch.draft_cache):
                 if cache is not None:
-                    cache.lengths.clamp_(max=cache.max_len - config.gamma - 1)
+                    cache.lengths.clamp_(max=cache.max_len - config.depth - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
 
-    def _stats(self, out: RolloutBuilder, verdicts: list, timing, wall: float, steps: int, config) -> dict:
+    def _stats(self, out: RolloutBuilder, verdicts: dict, timing, wall: float, steps: tuple[int, int],
+               config) -> dict:
+        steps, row_steps = steps
         generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
         stats = {
             "num_prompts": len(out.tokens),
@@ -335,13 +383,13 @@ class Engine:
             # bound divides by, per verify step, instead of assumed costs.
             "engine/num_steps": steps,
             **{f"engine/{k}_s": v for k, v in timing.items()},
+            # Rows decoded per step, summed: tokens per row-step = 1 + accepted / this, whatever depths ran.
+            "engine/num_row_steps": row_steps,
         }
-        if config.gamma > 0:
-            counters = SpecCounters(gamma=config.gamma, method=config.method)
-            if verdicts:
-                table = torch.tensor(verdicts, dtype=torch.float64)  # [N, 1+γ]
-                counters.update(table[:, 0].long(), table[:, 1:], validate=False)
-            counts = counters.to_dict()
+        if config.depth > 0:
+            counts = [spec_counts(verdicts.get(g, []), g, config.method) for g in sorted({config.depth, *verdicts})]
+            counts = pool_depths(counts) if config.auto else counts[0]
             stats.update(counts)
             stats.update(derive(counts))
         return stats
+

@@ -52,13 +52,14 @@ class GenerationConfig:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
-    gamma: int = 3  # draft depth; 0 = plain decoding
+    gamma: int | str = 3  # draft depth; 0 = plain decoding; "auto": chosen per step (bebop.engine.depth)
     method: str = "rs"  # "rs" (draft ~ q, rejection sampling) | "to" (draft = argmax q) | "greedy"
     stop_tokens: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()  # matched on decoded text (module docstring); needs generate(decode=...)
     vocab_limit: int | None = None  # ids >= vocab_limit are never sampled (the tokenizer's size; bebop.sampling)
     seed: int | None = None  # None: drawn from torch's global generator, so torch.manual_seed still makes it repeat
     profile: bool = False  # synchronise the device around each phase so per-phase timings are exact (CUDA)
+    max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -69,8 +70,10 @@ class GenerationConfig:
             raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
-        if self.gamma < 0:
-            raise ValueError(f"gamma must be >= 0 (0 = plain decoding), got {self.gamma}")
+        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 0):
+            raise ValueError(f"gamma must be an int >= 0 (0 = plain decoding) or 'auto', got {self.gamma!r}")
+        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
+            raise ValueError(f"max_gamma must be an int >= 1, got {self.max_gamma!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.vocab_limit is not None and self.vocab_limit < 1:
@@ -79,6 +82,16 @@ class GenerationConfig:
             raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+
+    @property
+    def auto(self) -> bool:
+        """True when the engine chooses each step's depth (gamma="auto")."""
+        return self.gamma == "auto"
+
+    @property
+    def depth(self) -> int:
+        """The deepest draft a step may take: gamma, or max_gamma under "auto" (what caches are sized for)."""
+        return self.max_gamma if self.auto else self.gamma
 
     @property
     def sampling(self) -> tuple[float, int | None, float | None, int | None]:

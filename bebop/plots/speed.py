@@ -1,8 +1,10 @@
-"""Pooled tables: per-position acceptance, step-time breakdown, measured speedup and its theoretical bound."""
+"""Pooled tables: per-position acceptance, step-time breakdown, measured speedup and its theoretical bound; with
+gamma="auto", the depths the engine chose and the step costs it measured; the draft-health residual."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -153,3 +155,105 @@ def bound_figure(table: pd.DataFrame) -> go.Figure:
             _bars(fig, part, "theoretical", f"from {costs} step costs", color)
     fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1})
     return _layout(fig, "Theoretical speedup of the decode loop (bound)", "", "speedup (×)")
+
+
+# ---- gamma="auto": the depth the engine chose, the step costs it measured, and the draft-health residual -------
+_CHOSEN = re.compile(r"spec/num_gamma_chosen/(\d+)")
+_COST = re.compile(r"engine/cost/(\d+)/(\d+)/steps")
+
+
+def chosen_depths(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """[run, step, gamma, share]: the share of each RL step's engine steps that ran at depth γ, for runs whose
+    engine chose the depth (gamma="auto"; `spec/num_gamma_chosen/{γ}` counters)."""
+    rows = []
+    for run, train in trains.items():
+        columns = {int(m.group(1)): c for c in train.columns if (m := _CHOSEN.fullmatch(c))}
+        if not columns:
+            continue
+        counts = train[list(columns.values())].fillna(0).to_numpy()  # [steps, depths]
+        totals = counts.sum(1, keepdims=True)
+        shares = np.divide(counts, totals, out=np.zeros_like(counts, dtype=float), where=totals > 0)
+        for step, share_row in zip(train["step"], shares):
+            rows += [(run, int(step), gamma, float(share)) for gamma, share in zip(columns, share_row)]
+    return pd.DataFrame(rows, columns=["run", "step", "gamma", "share"])
+
+
+def chosen_depth_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Mean chosen γ per RL step, one line per run; hover shows the full split."""
+    _check_columns(table, ("run", "step", "gamma", "share"), "chosen_depth_figure")
+    colors = _colors(_runs(table), colors)
+    fig = go.Figure()
+    for run in _runs(table):
+        part = table[table["run"] == run]
+        mean = (part["gamma"] * part["share"]).groupby(part["step"]).sum()
+        split = part.groupby("step").apply(
+            lambda g: ", ".join(f"γ={int(a)}: {b:.0%}" for a, b in zip(g["gamma"], g["share"]) if b > 0))
+        fig.add_trace(go.Scatter(x=mean.index, y=mean.values, name=run, mode="lines+markers",
+                                 line_color=colors[run], customdata=split.reindex(mean.index).values,
+                                 hovertemplate="step %{x}<br>mean γ %{y:.2f}<br>%{customdata}<extra></extra>"))
+    return _layout(fig, "Draft depth chosen by the engine (gamma=auto)", "RL step", "mean γ over engine steps")
+
+
+def measured_costs(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """[run, rows, gamma, seconds, steps]: the engine's measured seconds per step in each cost-table cell (rows
+    bucket, γ), pooled over the run: what gamma="auto" chose from."""
+    rows = []
+    for run, train in trains.items():
+        for column in train.columns:
+            if (m := _COST.fullmatch(column)) is None:
+                continue
+            steps = float(train[column].fillna(0).sum())
+            seconds = float(train[column.removesuffix("steps") + "seconds"].fillna(0).sum())
+            if steps > 0:
+                rows.append((run, int(m.group(1)), int(m.group(2)), seconds / steps, steps))
+    return pd.DataFrame(rows, columns=["run", "rows", "gamma", "seconds", "steps"]).sort_values(
+        ["run", "rows", "gamma"], ignore_index=True)
+
+
+def measured_cost_figure(table: pd.DataFrame) -> go.Figure:
+    """Seconds per engine step against γ, one line per (run, rows bucket), relative to γ = 0 where it was measured:
+    the cost side of the choice."""
+    _check_columns(table, ("run", "rows", "gamma", "seconds", "steps"), "measured_cost_figure")
+    fig = go.Figure()
+    for (run, rows), part in table.groupby(["run", "rows"]):
+        plain = part.loc[part["gamma"] == 0, "seconds"]
+        base = float(plain.iloc[0]) if len(plain) else float(part["seconds"].min())
+        fig.add_trace(go.Scatter(x=part["gamma"], y=part["seconds"] / base, name=f"{run} · {rows} rows",
+                                 mode="lines+markers", customdata=np.stack([part["seconds"] * 1e3, part["steps"]], -1),
+                                 hovertemplate="γ=%{x}: %{y:.2f}× a plain step<br>%{customdata[0]:.2f} ms over "
+                                               "%{customdata[1]:.0f} steps<extra></extra>"))
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Measured engine step cost by depth", "γ", "seconds per step / plain step")
+
+
+def draft_health(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """[run, step, residual, residual_lo, residual_hi, alarm, warning] from `draft_health/*` (bebop.rl.draft_health):
+    measured - predicted acceptance per RL step, with its interval; warning is the alarm's text or ""."""
+    rows = []
+    fields = ("residual", "residual_lo", "residual_hi", "alarm")
+    for run, train in trains.items():
+        if "draft_health/residual" not in train.columns:
+            continue
+        part = train.dropna(subset=["draft_health/residual"])
+        warnings = part["draft_health/warning"].fillna("") if "draft_health/warning" in part else [""] * len(part)
+        for step, *values, warning in zip(part["step"], *(part[f"draft_health/{f}"] for f in fields), warnings):
+            rows.append((run, int(step), *map(float, values), str(warning)))
+    return pd.DataFrame(rows, columns=["run", "step", *fields, "warning"])
+
+
+def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Residual acceptance (measured - the entropy law's prediction) per RL step with its interval; red marks the
+    steps whose interval excludes 0."""
+    _check_columns(table, ("run", "step", "residual", "residual_lo", "residual_hi", "alarm"), "draft_health_figure")
+    colors = _colors(_runs(table), colors)
+    fig = go.Figure()
+    for run in _runs(table):
+        part = table[table["run"] == run]
+        fig.add_trace(go.Scatter(
+            x=part["step"], y=part["residual"], name=run, mode="lines+markers", line_color=colors[run],
+            marker_color=["#E45756" if a else colors[run] for a in part["alarm"]],
+            error_y=dict(type="data", symmetric=False, array=part["residual_hi"] - part["residual"],
+                         arrayminus=part["residual"] - part["residual_lo"]),
+            hovertemplate="step %{x}<br>residual %{y:+.3f}<extra></extra>"))
+    fig.add_hline(y=0.0, line={"color": "#555", "dash": "dot", "width": 1})
+    return _layout(fig, "Draft health: acceptance minus the entropy law's prediction", "RL step", "residual")

@@ -35,7 +35,8 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     group_size: int = 4  # completions per prompt; advantages are normalised within a group
     max_new_tokens: int = 96  # per completion, environment replies included
     temperature: float = 1.0
-    gamma: int = 3  # draft depth for "to" / "rs"
+    gamma: int | str = 3  # draft depth for "to" / "rs"; "auto": chosen per engine step in 0..max_gamma
+    max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
     lr: float = 1e-4
     grad_clip: float = 1.0
     clip_eps: float = 0.2
@@ -63,7 +64,12 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             if getattr(self, name) not in options:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: {list(options)}")
         check_prompt_fields(self)
-        for name in ("steps", "prompts_per_step", "max_new_tokens", "gamma", "mtp_depth"):
+        if self.gamma == "auto" and self.backend == "vllm":
+            raise ValueError("gamma='auto' chooses the depth per engine step in bebop's engine; vLLM's speculative "
+                             "config fixes it at start: use an int gamma with backend 'vllm'")
+        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1):
+            raise ValueError(f"RLConfig.gamma must be a positive int or 'auto', got {self.gamma!r}")
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "max_gamma", "mtp_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RLConfig.{name} must be a positive int, got {value!r}")

@@ -44,6 +44,7 @@ from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
+from bebop.rl.draft_health import DraftHealth
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
 from bebop.rl.parallel import check_world, combine_records, empty_micro_batches, rank_block, rank_seed
@@ -56,7 +57,7 @@ from bebop.sampling import probs_from_logits
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
                      "device")
-_COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "engine/")
+_COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "spec/gamma", "spec/method", "engine/")
 
 
 def rl_setup(config: RLConfig, head, task: str) -> dict:
@@ -134,7 +135,8 @@ class Trainer:
         self.reference = _snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
         num_parameters = self.policy.num_parameters()
         if self.world > 1:
-            distributed.shard(self.policy, self.policy.model.layers, methods=("forward_shared_prefix",))
+            distributed.shard(self.policy, self.policy.model.layers, methods=("forward_shared_prefix",),
+                              param_dtype=self.gen_dtype)  # the update's autocast dtype
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
                                 depth=config.mtp_depth, temperature=config.temperature,
@@ -152,7 +154,7 @@ class Trainer:
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
-        self.history: list[dict] = []
+        self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
         self._last_update_interval = (0.0, 0.0)
 
     # ------------------------------------------------------------------------------------------ setup
@@ -201,7 +203,7 @@ class Trainer:
         c = self.config
         gamma = 0 if c.rollout == "none" else c.gamma
         return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, gamma=gamma,
-                                method="rs" if c.rollout == "none" else c.rollout,
+                                method="rs" if c.rollout == "none" else c.rollout, max_gamma=c.max_gamma,
                                 seed=rank_seed(step_seed(c.seed, step), self.rank))
 
     def _rollout_engine(self, model):
@@ -311,7 +313,10 @@ class Trainer:
             from tqdm import tqdm
 
             bar = tqdm(total=c.steps, initial=self.start_step, desc=self.writer.meta["name"], unit="step")
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bebop-rollout") if c.mode == "async" else None
+        # The rollout thread's current CUDA device is this rank's too (a new thread starts on device 0).
+        on_device = (lambda: torch.cuda.set_device(self.device)) if self.device.type == "cuda" else None
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bebop-rollout",
+                                      initializer=on_device) if c.mode == "async" else None
         try:
             pending: Future | None = None
             last_end = time.perf_counter()
@@ -379,9 +384,8 @@ class Trainer:
             "timing_s/step": now - last_end,
             "perf/throughput": rollout.num_tokens / max(now - last_end, 1e-9),
         }
-        if "spec/num_drafts" in rollout.stats:
-            record["spec/gamma"], record["spec/method"] = rollout.stats["spec/gamma"], rollout.stats["spec/method"]
-        return combine_records(record, batch.rewards, len(policy_entropy))
+        record = combine_records(record, batch.rewards, len(policy_entropy))
+        return {**record, **self.health.check(record)}
 
     def _log_samples(self, step: int, batch: RolloutBatch) -> None:
         """A few completions, one per group first, with per-token pieces for the dashboard's Samples page."""

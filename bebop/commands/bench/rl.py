@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.metrics import derive, pool
@@ -57,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts per step; several values sweep the effective batch (rows = prompts x group)")
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
+                        help="draft depths of the MTP runs, each an int >= 1 or 'auto' (chosen per engine step); "
+                             "several are timed in the same interleaved rounds (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times")
     parser.add_argument("--micro-batch-tokens", type=int, default=RLConfig.micro_batch_tokens,
                         help="computed tokens per update micro-batch (0 = the whole batch at once)")
@@ -79,7 +82,9 @@ def check_args(args: argparse.Namespace) -> None:
     from bebop.data.tasks import DatasetConfig, parse_tasks
 
     parse_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
-    for flag in ("--steps", "--max-new-tokens", "--gamma", "--repeats"):
+    if any(g != "auto" and g < 1 for g in args.gamma):
+        raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
+    for flag in ("--steps", "--max-new-tokens", "--repeats"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
@@ -119,6 +124,11 @@ def summarize(records: list[dict], skip: int = 1) -> dict:
         out["accept_length_first"] = first["spec/accept_length"]
         out["accept_length_last"] = last["spec/accept_length"]
         out["accept_length_drift"] = last["spec/accept_length"] / first["spec/accept_length"] - 1
+    chosen = {int(k.rsplit("/", 1)[1]): sum(r.get(k, 0) for r in records) for k in records[0]
+              if k.startswith("spec/num_gamma_chosen/")}
+    if sum(chosen.values()) > 0:  # gamma="auto": the engine steps' depths
+        out["gamma_mean"] = sum(g * n for g, n in chosen.items()) / sum(chosen.values())
+        out["gamma_mode"] = max(chosen, key=chosen.get)
     return out
 
 
@@ -150,46 +160,61 @@ def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progres
 
 def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
     base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
-                          max_new_tokens=args.max_new_tokens, gamma=args.gamma, mtp_depth=args.gamma,
+                          max_new_tokens=args.max_new_tokens,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
                           device=args.device, gen_dtype=args.dtype,
                           **({"lr": 0.0} if args.self_draft else {}), **prompt_fields(args))
-    variants = [("none", None, base.mode)] + [("rs", head, base.mode) for head in default.heads]
+    # Every γ beside plain decoding in the same interleaved rounds; a run's name carries its γ when several are timed.
+    variants = [("none", None, base.mode, None)] + [("rs", head, base.mode, g) for g in args.gamma
+                                                     for head in default.heads]
     if args.with_sync and not args.sync:
-        variants.append(("none", None, "sync"))
+        variants.append(("none", None, "sync", None))
     results: dict[str, list[dict]] = {}
     for repeat in range(args.repeats):
-        for rollout, head, mode in variants:
+        for rollout, head, mode, gamma in variants:
             name = f"{task}-{rollout}" + (f"-{head}" if head else "") + ("-sync" if mode != base.mode else "")
-            name += f"-{repeat}"
+            name += (f"-g{gamma}" if gamma is not None and len(args.gamma) > 1 else "") + f"-{repeat}"
             run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
-            records = run_once(default, base.replace(rollout=rollout, mode=mode), head, run_dir)
+            depth = {} if gamma is None else {"gamma": gamma, "mtp_depth": base.max_gamma if gamma == "auto" else gamma}
+            records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
-    plain, spec = merged[f"{task}-none"], merged[f"{task}-rs-{next(iter(default.heads))}"]
+    plain = merged[f"{task}-none"]
+    spec_names = [f"{task}-rs-{next(iter(default.heads))}" + (f"-g{g}" if len(args.gamma) > 1 else "")
+                  for g in args.gamma]
+    spec = merged[spec_names[0]]
     result = {"task": task, "mode": base.mode, "prompts": prompts, "rows": base.batch_size,
               "self_draft": args.self_draft, "speedup_end_to_end": plain["step_s"] / spec["step_s"],
               "speedup_rollout": plain["gen_s"] / spec["gen_s"], "runs": merged}
+    if len(args.gamma) > 1:  # per γ (the first head): what each depth gave over plain decoding, side by side
+        result["by_gamma"] = {str(g): {"speedup_end_to_end": plain["step_s"] / merged[n]["step_s"],
+                                       "speedup_rollout": plain["gen_s"] / merged[n]["gen_s"]}
+                              for g, n in zip(args.gamma, spec_names)}
     if f"{task}-none-sync" in merged:
         result["speedup_async_over_sync"] = merged[f"{task}-none-sync"]["step_s"] / plain["step_s"]
     return result
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"{'run':<22}{'step s':>8}{'gen s':>8}{'upd s':>8}{'reward':>8}{'H nats':>8}{'acc len':>9}{'drift':>8}")
+    print(f"{'run':<22}{'step s':>8}{'gen s':>8}{'upd s':>8}{'reward':>8}{'H nats':>8}{'acc len':>16}{'drift':>8}")
     for result in results:
         for name, s in result["runs"].items():
             acc = f"{s['accept_length']:.2f}" if "accept_length" in s else "-"
+            if "gamma_mean" in s:
+                acc += f" (γ~{s['gamma_mean']:.1f})"
             drift = f"{100 * s['accept_length_drift']:+.1f}%" if "accept_length_drift" in s else "-"
             print(f"{name:<22}{s['step_s']:>8.2f}{s['gen_s']:>8.2f}{s['update_s']:>8.2f}{s['reward_mean']:>8.3f}"
-                  f"{s['entropy']:>8.3f}{acc:>9}{drift:>8}")
+                  f"{s['entropy']:>8.3f}{acc:>16}{drift:>8}")
         ceiling = f", self-draft ceiling ({result['self_draft']} shape)" if result["self_draft"] else ""
         print(f"  {result['task']} ({result['mode']}, {result['rows']} rows{ceiling}): "
               f"end-to-end speedup {result['speedup_end_to_end']:.2f}x, "
               f"rollout speedup {result['speedup_rollout']:.2f}x"
               + (f", async over sync (no MTP) {result['speedup_async_over_sync']:.2f}x"
                  if "speedup_async_over_sync" in result else ""))
+        for gamma, speed in result.get("by_gamma", {}).items():
+            print(f"    γ={gamma}: rollout speedup {speed['speedup_rollout']:.2f}x, "
+                  f"end-to-end {speed['speedup_end_to_end']:.2f}x")
 
 
 def run(args: argparse.Namespace) -> int:

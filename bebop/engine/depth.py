@@ -1,0 +1,282 @@
+"""`DepthController`: the draft depth γ of each engine step, chosen live (`GenerationConfig(gamma="auto")`).
+
+A step at depth γ over `rows` rows emits rows·(1 + E[accepted | γ]) tokens and costs cost(rows, γ) seconds, so the
+controller picks, before each step,
+
+    γ* = argmax_{γ ∈ 0..K} (1 + E[accepted | γ]) / cost(rows, γ),    E[accepted | γ] = Σ_{j≤γ} Π_{i≤j} α_i
+
+(rows is the same for every γ, so it cancels from the argmax). Both factors are measured by the engine as it runs,
+none is a constant of the machine:
+
+  α_i           accepted / reached at draft position i, over the steps so far (PAPER α_i, conditional on the
+                earlier positions), with the counts decayed per step so that acceptance that drifts during RL is
+                followed. A position never reached borrows its prior from the one before it.
+  cost(rows, γ) a table of seconds per engine step (draft + verify + advance), one cell per rows bucket
+                (`ROW_BUCKETS`) and γ, each the median of the last `cost_window` steps measured there: a moving
+                median, not a mean, because on a shared machine one step in a few takes several times as long
+                (another process got the cores) and one such step must not price a depth out for good. A cell's
+                first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
+
+Exploration. A γ never measured at any rows is worth +inf, so every γ is tried once (the first steps). A bucket
+with nothing measured yet starts at the depth the nearest measured bucket finds best. A cell not
+yet measured at this bucket is estimated from the nearest bucket that measured both it and a γ measured here,
+scaled by the ratio of the two (what matters for the argmax is cost(rows, γ) / cost(rows, γ'): rows change the
+absolute cost far more than the ratio). Every `probe_every`-th step of a bucket measures instead the depth whose
+cost there was measured longest ago (or never), so that no estimate goes stale: the load of a shared machine
+comes and goes, and a depth priced out by a slow patch must get another chance.
+
+Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
+step's verification sees a depth fixed before its randomness: every step emits exactly the target's law whatever
+γ it runs (bebop.verify), and so does any sequence of them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from bebop.metrics import SpecCounters
+
+# Cost-table buckets by active rows: exact where a step's cost changes most per row (few rows), then ~1.5x apart.
+ROW_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def row_bucket(rows: int) -> int:
+    """The cost-table bucket of `rows` active rows: the smallest of ROW_BUCKETS >= rows (or rows itself above)."""
+    if rows < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    i = bisect.bisect_left(ROW_BUCKETS, rows)
+    return ROW_BUCKETS[i] if i < len(ROW_BUCKETS) else rows
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    max_gamma: int  # K: γ is chosen from 0..K
+    cost_window: int = 5  # steps behind each cost cell's moving median
+    acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
+    probe_every: int = 16  # every n-th step of a bucket re-measures its stalest depth (0: never)
+    prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
+            raise ValueError(f"max_gamma must be an int >= 1, got {self.max_gamma!r}")
+        if isinstance(self.cost_window, bool) or not isinstance(self.cost_window, int) or self.cost_window < 1:
+            raise ValueError(f"cost_window must be an int >= 1, got {self.cost_window!r}")
+        if not 0 < self.acceptance_decay <= 1:
+            raise ValueError(f"acceptance_decay must be in (0, 1], got {self.acceptance_decay}")
+        if isinstance(self.probe_every, bool) or not isinstance(self.probe_every, int) or self.probe_every < 0:
+            raise ValueError(f"probe_every must be an int >= 0, got {self.probe_every!r}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
+
+
+@dataclass
+class _Cell:
+    recent: deque  # the last cost_window measurements (seconds)
+    count: int = 0  # measurements ever
+    last: int = 0  # the controller's observation count when last measured
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median_low(self.recent)  # of two, the lower: slowdowns on a shared machine only add
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One decision and its reasons: the depth, the acceptance it expected and the step cost it used."""
+
+    gamma: int
+    rows: int  # active rows
+    bucket: int  # their cost-table bucket
+    expected_accepted: float  # E[accepted | γ] per row
+    cost_s: float  # estimated seconds of this step (inf: never measured; nan: no estimate yet)
+    probe: bool  # chosen to measure, not because it was the best estimate
+
+
+@dataclass(eq=False)
+class DepthController:
+    """Chooses γ per step from measured acceptance and step costs (module docstring). Pure host-side state."""
+
+    config: DepthConfig
+    _reached: list[float] = field(init=False)
+    _accepted: list[float] = field(init=False)
+    _cells: dict[tuple[int, int], _Cell] = field(init=False)
+    _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
+    _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
+
+    def __post_init__(self) -> None:
+        k = self.config.max_gamma
+        self._reached, self._accepted = [0.0] * k, [0.0] * k
+        self._cells, self._steps = {}, {}
+
+    @property
+    def max_gamma(self) -> int:
+        return self.config.max_gamma
+
+    # ---- estimates ----------------------------------------------------------------------------------
+    def alphas(self) -> list[float]:
+        """α_i per draft position [K]: decayed accepted / reached, shrunk towards the previous position's (0.5 at
+        position 0) by `prior_weight` pseudo-drafts."""
+        out, prior, w = [], 0.5, self.config.prior_weight
+        for reached, accepted in zip(self._reached, self._accepted):
+            prior = (accepted + w * prior) / (reached + w)
+            out.append(prior)
+        return out
+
+    def expected_accepted(self, gamma: int) -> float:
+        """E[accepted | γ] = Σ_{j≤γ} Π_{i≤j} α_i (PAPER §2)."""
+        total, survive = 0.0, 1.0
+        for a in self.alphas()[:gamma]:
+            survive *= a
+            total += survive
+        return total
+
+    def cost(self, rows: int, gamma: int) -> float:
+        """Estimated seconds of a step at `rows` rows and depth γ: this bucket's measurement, else scaled from the
+        nearest bucket that has it and one of this bucket's (module docstring), else nan (nothing to scale) or
+        inf (γ never measured anywhere)."""
+        bucket = row_bucket(rows)
+        cell = self._cells.get((bucket, gamma))
+        if cell is not None:
+            return cell.seconds
+        others = sorted({b for b, g in self._cells if g == gamma}, key=lambda b: (abs(math.log(b / bucket)), b))
+        if not others:
+            return math.inf
+        here = [g for b, g in self._cells if b == bucket]
+        for other in others:
+            shared = [g for g in here if (other, g) in self._cells]
+            if shared:
+                ref = min(shared, key=lambda g: abs(g - gamma))
+                ratio = self._cells[other, gamma].seconds / self._cells[other, ref].seconds
+                return self._cells[bucket, ref].seconds * ratio
+        return math.nan
+
+    def _value(self, rows: int, gamma: int) -> float:
+        cost = self.cost(rows, gamma)
+        if math.isinf(cost):
+            return math.inf
+        return (1.0 + self.expected_accepted(gamma)) / cost if cost > 0 else math.inf
+
+    # ---- the decision -------------------------------------------------------------------------------
+    def choose(self, rows: int) -> int:
+        return self.decide(rows).gamma
+
+    def decide(self, rows: int) -> Choice:
+        """The depth of the next step at `rows` active rows, with its reasons."""
+        bucket, k = row_bucket(rows), self.config.max_gamma
+        tick = self._steps.get(bucket, 0)
+        self._steps[bucket] = tick + 1
+        values = [self._value(rows, g) for g in range(k + 1)]
+        if all(math.isnan(v) for v in values):  # nothing measured here to scale from: start where the nearest
+            nearest = min({b for b, _ in self._cells}, key=lambda b: (abs(math.log(b / bucket)), b))  # bucket is best
+            values = [-math.inf if math.isnan(v) else v for v in (self._value(nearest, g) for g in range(k + 1))]
+            best = max(range(k + 1), key=lambda g: (values[g], -g))
+            return self._choice(rows, best, probe=True)
+        best = max((g for g in range(k + 1) if not math.isnan(values[g])), key=lambda g: (values[g], -g))
+        unmeasured = math.isinf(values[best])
+        probe_now = self.config.probe_every > 0 and tick % self.config.probe_every == self.config.probe_every - 1
+        if probe_now and not unmeasured:
+            best = min(range(k + 1), key=lambda g: (self._last(bucket, g), g))
+        return self._choice(rows, best, probe=unmeasured or probe_now)
+
+    def _last(self, bucket: int, gamma: int) -> int:
+        cell = self._cells.get((bucket, gamma))
+        return -1 if cell is None else cell.last
+
+    def _choice(self, rows: int, gamma: int, *, probe: bool) -> Choice:
+        return Choice(gamma, rows, row_bucket(rows), self.expected_accepted(gamma), self.cost(rows, gamma), probe)
+
+    # ---- learning -----------------------------------------------------------------------------------
+    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int]) -> None:
+        """Learn from one finished step: `rows` rows at depth γ took `seconds`; row b accepted num_accepted[b] of
+        its γ drafts (so it reached positions 0..min(n_b, γ-1) and had 0..n_b-1 accepted)."""
+        if not 0 <= gamma <= self.config.max_gamma:
+            raise ValueError(f"gamma must lie in 0..{self.config.max_gamma}, got {gamma}")
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
+        cell.count += 1
+        self._observed += 1
+        cell.last = self._observed
+        if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
+            cell.recent.clear()  # stands in until a second is measured
+        cell.recent.append(seconds)
+        if gamma == 0:
+            return
+        decay = self.config.acceptance_decay
+        for i in range(self.config.max_gamma):
+            self._reached[i] *= decay
+            self._accepted[i] *= decay
+        for n in num_accepted:
+            if not 0 <= n <= gamma:
+                raise ValueError(f"num_accepted must lie in 0..gamma={gamma}, got {n}")
+            for i in range(min(n + 1, gamma)):
+                self._reached[i] += 1.0
+                self._accepted[i] += 1.0 if i < n else 0.0
+
+    def cost_table(self) -> dict[tuple[int, int], float]:
+        """The measured cells {(rows bucket, γ): seconds per step} (moving medians)."""
+        return {key: cell.seconds for key, cell in sorted(self._cells.items())}
+
+
+# ---- counters of a run at mixed depths -------------------------------------------------------------------------
+def spec_counts(verdicts: list[list[float]], gamma: int, method: str) -> dict:
+    """`SpecCounters` of verify steps at depth γ from their rows' [num_accepted, H(p_1..p_γ)]."""
+    counters = SpecCounters(gamma=gamma, method=method)
+    if verdicts:
+        table = torch.tensor(verdicts, dtype=torch.float64)  # [N, 1+γ]
+        counters.update(table[:, 0].long(), table[:, 1:], validate=False)
+    return counters.to_dict()
+
+
+def depth_counters(choices: list[tuple[Choice, float]], max_gamma: int) -> dict[str, float | int]:
+    """The depth controller's decisions as counters (sums, so they pool over rollouts and RL steps):
+    `spec/num_gamma_chosen/{γ}` steps at each depth, `spec/num_probe_steps` those chosen to measure a cell,
+    `spec/num_predicted_accepted_tokens` the accepted drafts the decisions expected (compare
+    `spec/num_accepted_tokens`), and `engine/cost/{rows}/{γ}/{steps,seconds}` the steps measured per cost-table
+    cell (rows: its bucket, `bebop.engine.depth.row_bucket`)."""
+    out: dict[str, float | int] = {f"spec/num_gamma_chosen/{g}": 0 for g in range(max_gamma + 1)}
+    out["spec/num_probe_steps"], out["spec/num_predicted_accepted_tokens"] = 0, 0.0
+    for choice, seconds in choices:
+        out[f"spec/num_gamma_chosen/{choice.gamma}"] += 1
+        out["spec/num_probe_steps"] += int(choice.probe)
+        if choice.gamma > 0:
+            # Every row of the step drafted; the decision expected E[accepted | γ] of each.
+            out["spec/num_predicted_accepted_tokens"] += choice.expected_accepted * choice.rows
+        cell = f"engine/cost/{choice.bucket}/{choice.gamma}"
+        out[f"{cell}/steps"] = out.get(f"{cell}/steps", 0) + 1
+        out[f"{cell}/seconds"] = out.get(f"{cell}/seconds", 0.0) + seconds
+    return out
+
+
+def pool_depths(counts: Sequence[Mapping]) -> dict[str, float | int | str]:
+    """Counters of verify steps at several depths (one `SpecCounters.to_dict()` per γ, one method) as one counter
+    dict at the deepest γ: sums, a position a depth never drafted counting 0, plus the drafts that reached each
+    position, `spec/num_reached_tokens_per_pos/{i}` (which `derive` then divides by: with mixed depths a draft that
+    accepted i-1 reached i only if its step drafted that deep)."""
+    if not counts:
+        raise ValueError("counts is empty: pass at least one SpecCounters.to_dict()")
+    methods = {str(c["spec/method"]) for c in counts}
+    if len(methods) > 1:
+        raise ValueError(f"cannot pool counters of different methods: {sorted(methods)}")
+    depth = max(int(c["spec/gamma"]) for c in counts)
+    out: dict[str, float | int | str] = {"spec/gamma": depth, "spec/method": methods.pop()}
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        out[f"spec/{key}"] = sum(c[f"spec/{key}"] for c in counts)
+    for i in range(depth):
+        out[f"spec/num_accepted_tokens_per_pos/{i}"] = sum(c.get(f"spec/num_accepted_tokens_per_pos/{i}", 0)
+                                                          for c in counts)
+        out[f"spec/num_reached_tokens_per_pos/{i}"] = sum(
+            (c["spec/num_drafts"] if i == 0 else c[f"spec/num_accepted_tokens_per_pos/{i - 1}"])
+            for c in counts if i < int(c["spec/gamma"]))
+    for c in counts:
+        for key, value in c.items():
+            if key.startswith("spec/by_entropy/"):
+                out[key] = out.get(key, 0) + value
+    return out

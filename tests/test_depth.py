@@ -1,0 +1,130 @@
+"""bebop.engine.depth: the draft depth chosen from measured acceptance and step costs (synthetic costs here; in the
+engine in tests/test_engine.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bebop.engine.depth import DepthConfig, DepthController, row_bucket
+
+
+def _run(controller: DepthController, rows: int, steps: int, cost, alpha: float, seed: int = 0) -> list[int]:
+    """Drive the controller for `steps` steps at `rows` rows against cost(rows, γ) seconds and a draft whose every
+    position is accepted with probability `alpha`; returns the chosen depths."""
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for _ in range(steps):
+        gamma = controller.choose(rows)
+        passed = torch.rand(rows, gamma, generator=generator) < alpha  # [rows, γ]
+        accepted = passed.int().cumprod(-1).sum(-1).tolist() if gamma else [0] * rows
+        controller.observe(rows, gamma, cost(rows, gamma), accepted)
+        chosen.append(gamma)
+    return chosen
+
+
+def _cpu_like(rows: int, gamma: int) -> float:
+    """A compute-bound step: every extra token per row costs more the more rows there are."""
+    return 1.0 + gamma * (0.05 + 0.04 * rows)
+
+
+def test_every_depth_is_measured_before_it_is_judged():
+    controller = DepthController(DepthConfig(max_gamma=4))
+    chosen = _run(controller, 8, 5, _cpu_like, alpha=0.9)
+    assert sorted(chosen) == [0, 1, 2, 3, 4]
+    assert set(controller.cost_table()) == {(8, g) for g in range(5)}
+
+
+def test_picks_plain_decoding_when_drafts_cost_more_than_they_buy():
+    controller = DepthController(DepthConfig(max_gamma=5))
+    chosen = _run(controller, 4, 200, _cpu_like, alpha=0.0)
+    assert chosen[-100:].count(0) >= 90  # the rest are neighbour probes (every probe_every-th step)
+    assert all(a < 0.05 for a in controller.alphas()[:1])
+
+
+def test_picks_the_deepest_draft_when_it_is_perfect_and_verification_cheap():
+    controller = DepthController(DepthConfig(max_gamma=5))
+    chosen = _run(controller, 1, 200, lambda rows, g: 1.0 + 0.05 * g, alpha=1.0)
+    assert chosen[-100:].count(5) >= 90
+
+
+def test_the_best_depth_shrinks_as_rows_make_verification_expensive():
+    few = _run(DepthController(DepthConfig(max_gamma=5)), 2, 200, _cpu_like, alpha=0.8)
+    many = _run(DepthController(DepthConfig(max_gamma=5)), 32, 200, _cpu_like, alpha=0.8)
+    mode = lambda xs: max(set(xs), key=xs.count)  # noqa: E731
+    value = lambda rows, g: (1 + sum(0.8 ** j for j in range(1, g + 1))) / _cpu_like(rows, g)  # noqa: E731
+    assert mode(few[-100:]) == max(range(6), key=lambda g: value(2, g))
+    assert mode(many[-100:]) == max(range(6), key=lambda g: value(32, g))
+    assert mode(many[-100:]) < mode(few[-100:])
+
+
+def test_a_new_row_bucket_starts_from_what_other_buckets_measured():
+    controller = DepthController(DepthConfig(max_gamma=5))
+    _run(controller, 32, 50, _cpu_like, alpha=0.8)
+    first_at_4 = controller.decide(4)
+    # Scaled from bucket 32 (nothing measured at 4 yet): its best depth there, not a re-exploration from 0.
+    assert first_at_4.probe and first_at_4.gamma == controller.decide(32).gamma
+    controller.observe(4, first_at_4.gamma, _cpu_like(4, first_at_4.gamma), [first_at_4.gamma] * 4)
+    assert math.isfinite(controller.cost(4, 5)) and (4, 5) not in controller.cost_table()
+
+
+def test_follows_acceptance_that_drops_mid_run():
+    controller = DepthController(DepthConfig(max_gamma=5))
+    before = _run(controller, 2, 150, lambda rows, g: 1.0 + 0.1 * g, alpha=1.0)
+    after = _run(controller, 2, 300, lambda rows, g: 1.0 + 0.1 * g, alpha=0.0, seed=1)  # e.g. a corrupted head
+    assert before[-50:].count(5) >= 45 and after[-50:].count(0) >= 45
+
+
+def test_one_slow_step_does_not_price_a_depth_out():
+    controller = DepthController(DepthConfig(max_gamma=2, probe_every=4))
+    spikes = iter([True] + [False] * 1000)  # the first step at γ = 2 is slowed 20x (another process took the cores)
+    cost = lambda rows, g: (1.0 + 0.05 * g) * (20.0 if g == 2 and next(spikes) else 1.0)  # noqa: E731
+    chosen = _run(controller, 1, 100, cost, alpha=1.0)
+    assert chosen[-40:].count(2) >= 30
+
+
+def test_a_depth_priced_out_by_a_slow_patch_gets_measured_again():
+    # Plain decoding is best, but the machine was slow (another job) while it was first measured: periodic probes of
+    # the stalest depth re-measure it once the patch has passed, and the controller comes back to it.
+    controller, clock = DepthController(DepthConfig(max_gamma=3, probe_every=8)), iter(range(10**6))
+
+    def cost(rows: int, gamma: int) -> float:
+        slow = next(clock) < 30  # the first 30 steps, whatever their depth
+        return (1.0 + 0.5 * gamma) * (10.0 if slow and gamma == 0 else 1.0)
+
+    chosen = _run(controller, 8, 400, cost, alpha=0.3)
+    assert chosen[:30].count(0) <= 3 and chosen[-100:].count(0) >= 80  # the rest: probes, 1 step in 8
+
+
+def test_alpha_is_conditional_on_reaching_the_position():
+    controller = DepthController(DepthConfig(max_gamma=3, acceptance_decay=1.0, prior_weight=1e-9))
+    # 10 rows at γ = 3: 5 accept 0, 3 accept 1, 2 accept all three.
+    controller.observe(10, 3, 1.0, [0] * 5 + [1] * 3 + [3] * 2)
+    alphas = controller.alphas()
+    assert alphas == pytest.approx([5 / 10, 2 / 5, 2 / 2], abs=1e-6)
+    assert controller.expected_accepted(3) == pytest.approx(0.5 + 0.5 * 0.4 + 0.5 * 0.4 * 1.0, abs=1e-6)
+
+
+def test_row_buckets():
+    assert [row_bucket(r) for r in (1, 2, 3, 5, 7, 9, 32, 33, 2000)] == [1, 2, 3, 6, 8, 12, 32, 48, 2000]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_gamma=0), "max_gamma"), (dict(max_gamma=2, cost_window=0), "cost_window"),
+    (dict(max_gamma=2, acceptance_decay=0.0), "acceptance_decay"), (dict(max_gamma=2, probe_every=-1), "probe_every"),
+])
+def test_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DepthConfig(**kwargs)
+
+
+def test_bad_observations():
+    controller = DepthController(DepthConfig(max_gamma=2))
+    with pytest.raises(ValueError, match="gamma"):
+        controller.observe(1, 3, 1.0, [0])
+    with pytest.raises(ValueError, match="num_accepted"):
+        controller.observe(1, 1, 1.0, [2])
+    with pytest.raises(ValueError, match="rows"):
+        controller.choose(0)

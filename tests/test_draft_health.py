@@ -1,0 +1,91 @@
+"""bebop.rl.draft_health: the entropy law's residual per RL step, and its alarm when a head goes bad mid-run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bebop.data.tokenizer import CharTokenizer
+from bebop.metrics import SpecCounters
+from bebop.models.config import ModelConfig
+from bebop.models.mtp import MTPHead
+from bebop.models.transformer import Transformer
+from bebop.rl import RLConfig, Trainer
+from bebop.rl.draft_health import DraftHealth, HealthConfig
+
+
+def _step_counters(generator: torch.Generator, *, entropy_shift: float = 0.0, mismatch: float = 0.0,
+                   drafts: int = 64) -> dict:
+    """One RL step's counters from a draft that follows the law α = 0.9 - 0.3·H (minus `mismatch`) at γ = 3."""
+    h = 0.2 + 1.6 * torch.rand(drafts, 3, generator=generator, dtype=torch.float64) + entropy_shift  # [B, γ]
+    alpha = (0.9 - 0.3 * h - mismatch).clamp(0, 1)  # [B, γ]
+    passed = torch.rand(drafts, 3, generator=generator, dtype=torch.float64) < alpha
+    counters = SpecCounters(gamma=3)
+    counters.update(passed.long().cumprod(-1).sum(-1), h)
+    return counters.to_dict()
+
+
+def test_healthy_steps_stay_inside_and_entropy_moves_are_explained():
+    generator, health = torch.Generator().manual_seed(0), DraftHealth(HealthConfig(fit_steps=4))
+    fitting = [health.check(_step_counters(generator)) for _ in range(4)]
+    assert fitting == [{}] * 4 and health.fit is not None
+    assert health.fit.slope == pytest.approx(-0.3, abs=0.1)
+    healthy = [health.check(_step_counters(generator)) for _ in range(20)]
+    # The entropy rises 0.3 nats: acceptance falls 0.09, all of it predicted by the law (the entropy term).
+    hotter = [health.check(_step_counters(generator, entropy_shift=0.3)) for _ in range(10)]
+    assert sum(r["draft_health/alarm"] for r in healthy + hotter) <= 1  # z = 3: about 1 in 370 by chance
+    assert sum(r["draft_health/entropy_part"] for r in hotter) / 10 == pytest.approx(-0.09, abs=0.03)
+    assert all(abs(r["draft_health/mismatch_part"]) < 0.1 for r in hotter)
+
+
+def test_a_draft_that_parts_from_the_policy_raises_the_alarm_and_names_the_mismatch_term():
+    generator, health = torch.Generator().manual_seed(1), DraftHealth(HealthConfig(fit_steps=4))
+    for _ in range(4):
+        health.check(_step_counters(generator))
+    with pytest.warns(UserWarning, match="mismatch term"):
+        bad = health.check(_step_counters(generator, mismatch=0.4))
+    assert bad["draft_health/alarm"] == 1.0 and bad["draft_health/residual_hi"] < 0
+    assert bad["draft_health/mismatch_part"] < -0.25 and abs(bad["draft_health/entropy_part"]) < 0.05
+
+
+def test_steps_without_drafts_are_skipped():
+    health = DraftHealth()
+    assert health.check({"spec/gamma": 3, "spec/method": "rs", "spec/num_drafts": 0}) == {}
+    assert health.check({"loss": 1.0}) == {}
+    with pytest.raises(ValueError, match="fit_steps"):
+        HealthConfig(fit_steps=0)
+
+
+class _CorruptingTrainer(Trainer):
+    """Randomises the head's weights in the update of step `at`: the rollouts of the steps after it draft with the
+    corrupted head (the snapshot refresh copies it), as after a weight sync gone wrong."""
+
+    at = 4
+
+    def update(self, batch):
+        result = super().update(batch)
+        self.updates = getattr(self, "updates", 0) + 1
+        if self.updates == self.at + 1:
+            with torch.no_grad():
+                for p in self.head.parameters():
+                    p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
+        return result
+
+
+def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before(tmp_path):
+    from test_rl import MODEL, Digits
+
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
+    model, head = Transformer(config), MTPHead(config)
+    rl = RLConfig.tiny(steps=10, prompts_per_step=4, group_size=4, max_new_tokens=24, mode="sync", lr=1e-3)
+    records = _CorruptingTrainer(rl, model, tok, head=head, run_dir=tmp_path / "run", task=Digits()).run()
+    fitted = HealthConfig().fit_steps
+    alarms = [r.get("draft_health/alarm") for r in records]
+    assert alarms[:fitted] == [None] * fitted  # the law is being fitted
+    assert alarms[fitted:_CorruptingTrainer.at + 1] == [0.0] * (_CorruptingTrainer.at + 1 - fitted), alarms
+    assert all(a == 1.0 for a in alarms[_CorruptingTrainer.at + 1:]), alarms
+    after = records[_CorruptingTrainer.at + 1]
+    assert "mismatch term" in after["draft_health/warning"]
+    assert after["draft_health/measured"] < records[_CorruptingTrainer.at]["draft_health/measured"] - 0.3
