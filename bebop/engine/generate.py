@@ -62,7 +62,8 @@ class Engine:
     compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with its
     sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs with
     dynamic shapes (on CPU with inductor's C++ wrapper): a few graphs per phase serve every batch size, cache
-    length, prompt width and gamma (torch specialises sizes 0 and 1, so batch 1 and plain steps get their own).
+    length, prompt width and gamma (row buckets start at 2, since torch specialises sizes 0 and 1; plain steps,
+    with no drafts, get their own).
     The first steps pay the compilation (cached on disk by inductor for later processes; its cost is in README's
     Benchmarks): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
     run as a few fused kernels, which on CPU is most of a small model's step time. The randomness comes in as
