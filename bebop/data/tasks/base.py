@@ -85,16 +85,6 @@ class Rng:
         return [options[i] for i in order]
 
 
-def shuffled_passes(size: int, n: int, seed: int) -> list[int]:
-    """The first n indices of a seeded stream of shuffled passes over `size` rows: every row once before any twice,
-    the same rows for the same seed."""
-    rng = Rng.from_seed(seed)
-    order: list[int] = []
-    while len(order) < n:
-        order += torch.randperm(size, generator=rng.generator).tolist()
-    return order[:n]
-
-
 def strip_completion(completion: str) -> str:
     """The completion up to its first end-of-sequence marker, at most MAX_COMPLETION_CHARS long."""
     return completion.split(EOS, 1)[0][:MAX_COMPLETION_CHARS]
@@ -160,3 +150,25 @@ class Task(ABC):
 
     @abstractmethod
     def _demonstrate(self, example: Example, rng: Rng, wrong: bool) -> str: ...
+
+
+class RowsTask(Task):
+    """A task over a table of rows (`self.rows`, set by the subclass; `example(i)` makes row i's Example): sampled
+    as a seeded stream of shuffled passes, every row once before any twice, the same rows for the same seed."""
+
+    rows: Sequence
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
+        self._check_sample(n, level)
+        rng = Rng.from_seed(seed)
+        order: list[int] = []
+        while len(order) < n:
+            order += torch.randperm(len(self.rows), generator=rng.generator).tolist()
+        return [self.example(i) for i in order[:n]]
+
+    @abstractmethod
+    def example(self, index: int) -> Example:
+        """Row `index` as an Example."""

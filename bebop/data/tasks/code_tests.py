@@ -27,7 +27,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from bebop.data.tasks.base import Example, Rng, Task, shuffled_passes, strip_completion
+from bebop.data.tasks.base import Example, Rng, RowsTask, strip_completion
 from bebop.data.tasks.sandbox import SandboxConfig, SandboxResult, run_many
 
 CODE_COLUMNS = ("prompt", "test", "entry_point")
@@ -58,7 +58,7 @@ class CodeTestsConfig:
     max_workers: int | None = None  # sandbox processes alive at once in `rewards` (None: min(4, cpus))
 
 
-class CodeTestsTask(Task):
+class CodeTestsTask(RowsTask):
     """Prompts and tests from rows of a `datasets.Dataset` in the HumanEval layout (read by `dataset_task`)."""
 
     levels = (1,)
@@ -70,14 +70,6 @@ class CodeTestsTask(Task):
         if len(rows) == 0:
             raise ValueError(f"task {spec!r} has no rows")
         self.name, self.rows, self.config = spec, rows, config or CodeTestsConfig()
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
-        """n rows from a seeded stream of shuffled passes (as `DatasetTask.sample`)."""
-        self._check_sample(n, level)
-        return [self.example(i) for i in shuffled_passes(len(self.rows), n, seed)]
 
     def example(self, index: int) -> Example:
         row = self.rows[index]

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY
 from bebop.data.tasks.answers import gold_answer, math_rewards
-from bebop.data.tasks.base import Example, Rng, Task, shuffled_passes
+from bebop.data.tasks.base import Example, Rng, RowsTask
 from bebop.data.tasks.code_tests import CodeTestsTask, is_code_layout
 
 FILE_KINDS = {"jsonl": "json", "parquet": "parquet"}  # spec prefix -> the `datasets` builder that reads it
@@ -122,7 +122,7 @@ def _check_columns(spec: str, rows, config: DatasetConfig) -> None:
         raise ValueError(f"task {spec!r} has no rows")
 
 
-class DatasetTask(Task):
+class DatasetTask(RowsTask):
     """Prompts and reference answers from a user's dataset, rewarded by math-verify."""
 
     levels = (1,)
@@ -135,14 +135,6 @@ class DatasetTask(Task):
         else:  # read already, by `dataset_task`
             _check_columns(spec, rows, self.config)
             self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
-        """n rows from the seeded stream of shuffled passes (see the module docstring)."""
-        self._check_sample(n, level)
-        return [self.example(i) for i in shuffled_passes(len(self.rows), n, seed)]
 
     def example(self, index: int) -> Example:
         """Row `index` as an Example; the answer is kept as text so run logs always serialise it."""
