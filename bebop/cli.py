@@ -10,6 +10,7 @@ import sys
 COMMANDS = {
     "demo": ("bebop.commands.demo", "the README's main job: a short end-to-end demonstration"),
     "dashboard": ("bebop.commands.dashboard", "serve the live Streamlit dashboard over a runs root"),
+    "preview": ("bebop.commands.preview", "synthetic runs to look at in the dashboard before any real job"),
     "rl": ("bebop.commands.rl", "GRPO RL with plain, TO or RS rollouts and frozen or online MTP heads"),
     "pretrain": ("bebop.commands.pretrain", "train the tiny policy on task demonstrations (the embedded default)"),
     "train-mtp": ("bebop.commands.train_mtp", "pre-RL MTP head training on a frozen policy with one of the five losses"),

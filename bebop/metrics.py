@@ -323,20 +323,6 @@ def entropy(probs: Tensor, dim: int = -1) -> Tensor:
     return -torch.special.xlogy(probs, probs).sum(dim)
 
 
-def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """H(softmax(logits / T)) over the last dim, stable for -inf (masked) logits; T = 0 is greedy: H = 0."""
-    if not logits.is_floating_point():
-        raise ValueError(f"logits must be a floating tensor, got {logits.dtype}")
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if temperature == 0:
-        return torch.zeros(logits.shape[:-1], dtype=logits.dtype, device=logits.device)
-    work = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logs are too coarse
-    logp = torch.log_softmax(work / temperature, dim=-1)  # [..., V]
-    p = logp.exp()
-    return -torch.where(p > 0, p * logp, 0.0).sum(-1).to(logits.dtype)
-
-
 # ---- RS vs TO, and the speedup bound -------------------------------------------------------------------
 def _check_pair(target_probs: Tensor, draft_probs: Tensor) -> None:
     if target_probs.shape != draft_probs.shape or target_probs.dim() < 1:

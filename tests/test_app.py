@@ -18,8 +18,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bebop import metrics  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
+from bebop.rl.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
-from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = REPO / "app" / "main.py"

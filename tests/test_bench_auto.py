@@ -60,8 +60,9 @@ def test_rl_cli_gamma_auto_reaches_the_config():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     config = config_from_args(parser.parse_args(["--out", "x", "--gamma", "auto", "--max-gamma", "4"]))
-    assert (config.gamma, config.max_gamma, config.mtp_depth) == ("auto", 4, 4)
-    assert config_from_args(parser.parse_args(["--out", "x", "--gamma", "2"])).gamma == 2
+    assert (config.gamma, config.max_gamma, config.online_depth) == ("auto", 4, 4)
+    two = config_from_args(parser.parse_args(["--out", "x", "--gamma", "2"]))
+    assert (two.gamma, two.mtp_depth, two.online_depth) == (2, None, 2)  # the flag sets γ only; the loss follows it
     with pytest.raises(ValueError, match="vllm"):
         RLConfig(gamma="auto", backend="vllm")
     with pytest.raises(ValueError, match="'auto'"):

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bebop.commands import dashboard
-from bebop.runlog.synthetic import SyntheticRun, preview_configs, write_synthetic_run
+from bebop.rl.synthetic import SyntheticRun, preview_configs, write_synthetic_run
 
 pytestmark = pytest.mark.browser
 

@@ -10,9 +10,9 @@ from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
 from bebop.commands.prompt_args import add_prompt_args, resolve
 from bebop.data import tasks
-from bebop.data.prompting import PromptFormat, prompt_format, prompt_ids
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
+from bebop.prompting import PromptFormat, prompt_format, prompt_ids
 from bebop.rl.batch import collect
 
 IM_START = "<|im_start|>"

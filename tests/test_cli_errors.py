@@ -109,9 +109,9 @@ def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
     (["--seed", "-1"], "--seed"),
 ])
 def test_bench_rl_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
-    import bebop.commands.policy
+    import bebop.policy
 
-    monkeypatch.setattr(bebop.commands.policy, "load_policy_heads", _no_load)
+    monkeypatch.setattr(bebop.policy, "load_policy_heads", _no_load)
     assert main(["bench", "rl"] + argv) == 2
     assert flag in one_error_line(capsys)
 
@@ -161,8 +161,8 @@ def test_resuming_a_finished_run_with_more_steps_goes_on(old_run, no_rl_model):
 
 # --------------------------------------------------------------------------------------------------- 16: rl --help
 def test_rl_help_documents_every_flag_its_default_and_the_real_heads(capsys):
-    from bebop.commands.policy import EMBEDDED
     from bebop.default import DEFAULT_DIR, shipped_heads
+    from bebop.policy import EMBEDDED
 
     with pytest.raises(SystemExit) as exit_:
         main(["rl", "--help"])
@@ -197,7 +197,8 @@ def _rows(temperatures) -> list[dict]:
 
 
 def _printed(rows) -> str:
-    from bebop.commands.eval_mtp import fit_slopes, print_tables
+    from bebop.commands.eval_mtp import print_tables
+    from bebop.heads.evaluate import fit_slopes
 
     out = io.StringIO()
     print_tables(rows, fit_slopes(rows), console=Console(file=out, width=250))

@@ -12,7 +12,7 @@ from claim_stats import K, jackknife_se
 from safetensors.torch import load_file
 
 import bebop
-from bebop.data.completions import complete
+from bebop.completions import complete
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.default import DEFAULT_DIR, REQUIRED_HEADS, load_default
@@ -88,17 +88,6 @@ def test_default_policy_solves_tasks_with_real_entropy(answers):
     total, count = sum(sum(e) for e in entropies), sum(len(e) for e in entropies)
     se = jackknife_se(lambda i: (total - sum(entropies[i])) / (count - len(entropies[i])), len(entropies))
     assert 0.05 - K * se < total / count < 1.0 + K * se, (total / count, se)
-
-
-@pytest.mark.xfail(strict=False, reason="documented claim, not resolvable on 24/12/24 prompts at a 1e-3 false-failure "
-                   "rate (binomial SE of the agent rate 0.10, of the pooled one 0.055): measured when shipped on 64 "
-                   "prompts per task, math 6%, code 9%, agent 39%; here (math/code/agent of 24/12/24) 2/1/12 solved "
-                   "in bf16, 2/1/10 in fp32, pooled 25% / 22%")
-def test_default_policy_solve_rates(answers):
-    rewards, _ = answers
-    pooled = [r for rs in rewards.values() for r in rs]
-    assert 0.08 <= sum(pooled) / len(pooled) <= 0.8, {k: sum(v) / len(v) for k, v in rewards.items()}
-    assert sum(rewards["agent"]) / len(rewards["agent"]) >= 0.2
 
 
 def test_missing_checkpoint_and_heads_are_clear_errors(tmp_path):

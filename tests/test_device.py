@@ -15,8 +15,8 @@ from bebop.cli import BENCHMARKS, COMMANDS, main
 from bebop.device import autocast, check_device_name, resolve_device, resolve_dtype, to_device
 
 # Commands that compute (the dashboard serves files; make-checkpoint writes random weights without computing;
-# get-model converts a file on the host).
-COMPUTING = [name for name in COMMANDS if name not in ("dashboard", "make-checkpoint", "get-model")]
+# get-model converts a file on the host; preview writes simulated runs).
+COMPUTING = [name for name in COMMANDS if name not in ("dashboard", "make-checkpoint", "get-model", "preview")]
 # The smallest valid command line of each, so only the device is wrong.
 ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", "--run-dir", "{tmp}/mtp"],
         "eval-mtp": ["eval-mtp", "--run-dir", "{tmp}/eval"], "demo": ["demo", "--out", "{tmp}/demo"],

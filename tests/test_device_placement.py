@@ -15,8 +15,8 @@ from test_rl import MODEL, Digits
 from torch.overrides import TorchFunctionMode
 
 from bebop.data.tokenizer import CharTokenizer
-from bebop.headtrain.config import TrainMTPConfig
-from bebop.headtrain.step import evaluate, lm_head_weight, new_head, train_step
+from bebop.heads.config import TrainMTPConfig
+from bebop.heads.step import evaluate, lm_head_weight, new_head, train_step
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer

@@ -18,14 +18,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bebop"
 # Each room's floor; a module may import its own floor and the ones below. The app and the CLI sit on top.
 FLOORS = {
     "bebop.sampling": 0, "bebop.verify": 0, "bebop.losses": 0, "bebop.tv_tiled": 0, "bebop.metrics": 0,
-    "bebop.entropy_law": 0, "bebop.device": 0, "bebop.distributed": 0, "bebop.runlog": 0,
-    "bebop.runlog.synthetic": 4,  # preview runs named with the jobs' own config names (bebop.rl.config)
+    "bebop.entropy_law": 0, "bebop.device": 0, "bebop.files": 0, "bebop.distributed": 0, "bebop.runlog": 0,
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
     "bebop.data.prompt_options": 0,
     "bebop.plots": 1,
-    "bebop.engine": 2, "bebop.vllm_plugin": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.data.prompting": 2,
-    "bebop.data.completions": 3,
-    "bebop.rl": 4, "bebop.headtrain": 4,
+    "bebop.engine": 2, "bebop.vllm_plugin": 2, "bebop.default": 2, "bebop.tasks": 2, "bebop.prompting": 2,
+    "bebop.completions": 3, "bebop.policy": 3,
+    "bebop.rl": 4, "bebop.heads": 4,
     "bebop.commands": 5,
     "bebop.app": 6, "bebop.cli": 6, "bebop.__main__": 6,
 }
@@ -97,6 +96,32 @@ def test_no_import_cycle(graph):
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+# Jobs are argument parsing and printing: only the command line runs them. What a notebook, the app or another job
+# needs lives in a library room (bebop.policy, bebop.heads, bebop.rl.compare, ...).
+COMMAND_ENTRIES = {"bebop.cli", "bebop.__main__"}
+
+
+def test_only_the_command_line_imports_the_jobs(graph):
+    importers = sorted(m for m, deps in graph.items() for d in deps
+                       if d.startswith("bebop.commands") and not m.startswith("bebop.commands")
+                       and m not in COMMAND_ENTRIES)
+    assert not importers, f"modules importing bebop.commands: {importers}"
+    readers = [p.relative_to(PACKAGE.parent) for folder in ("notebooks", "app")
+               for p in sorted((PACKAGE.parent / folder).rglob("*")) if p.suffix in (".py", ".ipynb")
+               and "bebop.commands" in _code_text(p)]
+    assert not readers, f"notebooks / app code importing bebop.commands: {readers}"
+
+
+def _code_text(path: Path) -> str:
+    """A file's code: a notebook's code cells (its prose may name a job's module), a script whole."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
 
 
 def test_files_and_functions_stay_readable():

@@ -18,7 +18,6 @@ from bebop.metrics import (
     decompose_acceptance,
     derive,
     entropy,
-    entropy_from_logits,
     expected_tokens_per_step,
     fit_entropy_law,
     pool,
@@ -190,18 +189,6 @@ def test_entropy_values():
     assert torch.allclose(entropy(probs.transpose(1, 2), dim=1), entropy(probs))  # [2, 5] either way
     with pytest.raises(ValueError, match="probs"):
         entropy(torch.tensor([1, 0]))
-
-
-def test_entropy_from_logits():
-    logits = torch.randn(4, 11, generator=torch.Generator().manual_seed(2))
-    for t in (0.5, 1.0, 1.7):
-        assert torch.allclose(entropy_from_logits(logits, t), entropy(torch.softmax(logits / t, -1)), atol=1e-6)
-    masked = torch.tensor([[2.0, -math.inf, 0.0, -math.inf]])  # top-k masking: no NaN
-    unmasked = entropy(torch.softmax(torch.tensor([2.0, 0.0]), -1))
-    assert entropy_from_logits(masked).item() == pytest.approx(unmasked.item())
-    assert entropy_from_logits(logits, 0.0).tolist() == [0.0] * 4
-    with pytest.raises(ValueError, match="temperature"):
-        entropy_from_logits(logits, -1.0)
 
 
 # ---------------------------------------------------------------------------------------------------------

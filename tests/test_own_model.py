@@ -13,9 +13,9 @@ import torch
 
 from bebop.cli import main
 from bebop.data import tasks
-from bebop.data.prompting import completion_text, for_task
 from bebop.data.tokenizer import load_tokenizer
 from bebop.engine import GenerationConfig
+from bebop.prompting import completion_text, for_task
 from bebop.runlog import list_runs, load_run
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bebop" / "assets" / "data" / "gsm8k_sample.jsonl"

@@ -17,12 +17,12 @@ from cli_checks import one_error_line
 
 from bebop.cli import main
 from bebop.commands import demo
-from bebop.commands.policy import EMBEDDED, check_policy, load_policy, load_policy_heads, resolve_heads
 from bebop.data.tokenizer import load_tokenizer
 from bebop.default import DEFAULT_DIR
 from bebop.models import ModelConfig, Transformer
 from bebop.models.checkpoint import save_head, save_pretrained
 from bebop.models.mtp import MTPHead
+from bebop.policy import EMBEDDED, check_policy, load_policy, load_policy_heads, resolve_heads
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,

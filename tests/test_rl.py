@@ -23,13 +23,13 @@ from bebop.data.tasks import Example
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig, Rollout
+from bebop.files import checkpoint_path
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.rl import OnlineMTP, RLConfig, Trainer
 from bebop.rl.batch import align, collect, sample_examples
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
-from bebop.rl.resume import checkpoint_path
 from bebop.rl.shared_prompt import micro_batches, prompt_groups
 from bebop.runlog import load_run
 
@@ -202,7 +202,7 @@ def padded_row_step(policy, head, batch, config, reference=None):
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
     torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0).step()  # the head reads the new LM head
-    online = OnlineMTP(head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip, depth=config.mtp_depth)
+    online = OnlineMTP(head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip, depth=config.online_depth)
     mtp = online.update(policy, hidden.detach(), batch.tokens, batch.lengths, batch.prompt_lengths)
     grads = lambda module: {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}  # noqa: E731
     return float(loss.detach()), float(grad_norm), grads(policy), grads(head), mtp

@@ -8,14 +8,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+import bebop
 from bebop import metrics
+from bebop.rl.synthetic import SyntheticConfig, write_synthetic_run
 from bebop.runlog import RunWriter, StreamTail, list_runs, load_run, run_state
 from bebop.runlog import write as runwriter
-from bebop.runlog.read import SETUP_KEYS, run_setup
-from bebop.runlog.synthetic import SyntheticConfig, write_synthetic_run
+from bebop.runlog.setup import SETUP_KEYS, run_setup
 
 
 @dataclass(frozen=True)
@@ -312,3 +314,31 @@ def test_writers_do_not_import_pandas(code):
     # A fresh interpreter: in this one, other tests have long since imported pandas.
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_setup_schema_has_one_writer():
+    """meta.json's setup keys are spelled as dict keys in bebop.runlog.setup only: the jobs write them through
+    `setup_keys` / `rl_setup`, so a job cannot drift from what the dashboard reads (the app's column titles aside)."""
+    import ast
+
+    package = Path(bebop.__file__).parent
+    owners = {package / "runlog" / "setup.py", package / "app" / "state.py"}
+    spelled = []
+    for path in sorted(set(package.rglob("*.py")) - owners):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                if {"mtp_objective", "mtp_strategy"} & keys:
+                    spelled.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert not spelled, f"setup keys written by hand: {spelled}"
+
+
+def test_bebop_preview_writes_the_five_runs_the_dashboard_lists(tmp_path, capsys):
+    from bebop.cli import main
+
+    assert main(["preview", str(tmp_path / "preview"), "--steps", "4"]) == 0
+    runs = list_runs(tmp_path / "preview")
+    assert len(runs) == 5 and all(r.state == "finished" and r.kind == "rl" for r in runs)
+    assert all(json.loads((r.path / "meta.json").read_text())["synthetic"] for r in runs)
+    assert main(["preview", str(tmp_path / "bad"), "--steps", "1"]) == 2
+    assert "--steps" in capsys.readouterr().err and not (tmp_path / "bad").exists()

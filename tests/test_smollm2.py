@@ -12,8 +12,7 @@ import os
 import pytest
 import torch
 
-from bebop import cli
-from bebop.commands import policy
+from bebop import cli, policy
 from bebop.default import shipped_heads
 from bebop.models import gguf
 

@@ -7,10 +7,10 @@ import pytest
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
 from bebop.data import tasks
-from bebop.data.prompting import completion_text, transcript_text
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
 from bebop.engine.rollout import RolloutBuilder, find_stop
+from bebop.prompting import completion_text, transcript_text
 from bebop.rl.batch import collect
 
 

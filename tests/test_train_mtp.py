@@ -10,19 +10,19 @@ import pytest
 import torch
 
 import bebop.commands.train_mtp as train_mtp_cmd
-import bebop.headtrain.data as headtrain_data
-import bebop.headtrain.step as headtrain_step
-from bebop.commands.policy import load_policy
-from bebop.commands.train_mtp import train_mtp
+import bebop.heads.data as heads_data
+import bebop.heads.step as heads_step
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
-from bebop.headtrain.config import TrainMTPConfig
-from bebop.headtrain.data import DATA_SEED, anchor_mask, generate_data
+from bebop.heads.config import TrainMTPConfig
+from bebop.heads.data import DATA_SEED, anchor_mask, generate_data
+from bebop.heads.train import train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.models.checkpoint import load_head, save_head, save_pretrained
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
+from bebop.policy import load_policy
 
 TINY_MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=16)
@@ -49,7 +49,7 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "the backbone must stay bit-identical"
     torch.manual_seed(config.seed)
-    init = headtrain_step.new_head(model, config)
+    init = heads_step.new_head(model, config)
     changed = [k for k, v in head.state_dict().items() if not torch.equal(v, init.state_dict()[k])]
     assert "fc.weight" in changed and any(k.startswith("layers.0.") for k in changed)
     train = read_stream(tmp_path / "run" / "train.jsonl")
@@ -82,7 +82,7 @@ def test_self_generated_data_is_policy_samples(policy):
     config = TrainMTPConfig.tiny()
     data = generate_data(model, tokenizer, config)
     assert len(data["tokens"]) == config.num_sequences
-    assert data["key"] == {**config.data_key(), "policy": headtrain_data.fingerprint(model)}
+    assert data["key"] == {**config.data_key(), "policy": heads_data.fingerprint(model)}
     prompts = {e.prompt for e in get_task("math").sample(config.num_sequences, seed=DATA_SEED + config.seed)}
     for tokens, trainable in zip(data["tokens"], data["trainable"]):
         assert len(tokens) == len(trainable)
@@ -143,7 +143,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def test_one_policy_loader_for_every_job(policy, tmp_path):
-    """rl, train-mtp and eval-mtp load through bebop.commands.policy: a head by name (the policy's heads/NAME, else the head
+    """rl, train-mtp and eval-mtp load through bebop.policy: a head by name (the policy's heads/NAME, else the head
     its checkpoint stores) or by directory, and one clear error for anything else."""
     model, tokenizer = policy
     head = MTPHead(model.config, objective="ce")

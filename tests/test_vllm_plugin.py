@@ -113,9 +113,9 @@ def run_engine(tmp_path: Path, name: str, job: dict) -> list[dict]:
 @pytest.fixture(scope="module")
 def eval_prompts():
     import bebop
-    from bebop.commands.eval_mtp import EVAL_SEED
-    from bebop.data.prompting import prompt_ids
     from bebop.data.tasks import task_for
+    from bebop.heads.evaluate import EVAL_SEED
+    from bebop.prompting import prompt_ids
 
     examples = task_for("math").sample(NUM_PROMPTS, seed=EVAL_SEED)  # eval-mtp's held-out prompts, seed 0
     return examples, prompt_ids(bebop.load_default().tokenizer, examples)
@@ -178,7 +178,7 @@ def test_pushed_head_drafts_in_the_running_engine(engines, eval_prompts):
 @needs_vllm
 def test_acceptance_matches_eval_mtp(engines, method):
     import bebop
-    from bebop.commands.eval_mtp import EvalMTPConfig, sweep
+    from bebop.heads.evaluate import EvalMTPConfig, sweep
 
     default = bebop.load_default()  # eval-mtp's default dtype and seed
     config = EvalMTPConfig(heads=("e2e_tv",), methods=(method,), temperatures=(1.0,), tasks=("math",),
@@ -239,9 +239,9 @@ def fitted_head(model, prompts: list[list[int]], steps: int = 60) -> MTPHead:
     `prompts`: it agrees with the policy on those, less elsewhere, so acceptance is neither 0 nor 1."""
     from bebop.engine import Engine
     from bebop.engine.rollout import GenerationConfig
-    from bebop.headtrain.config import TrainMTPConfig
-    from bebop.headtrain.data import anchor_mask
-    from bebop.headtrain.step import lm_head_weight, train_step
+    from bebop.heads.config import TrainMTPConfig
+    from bebop.heads.data import anchor_mask
+    from bebop.heads.step import lm_head_weight, train_step
 
     model.requires_grad_(False)
     head = MTPHead(model.config)

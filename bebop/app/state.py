@@ -20,7 +20,7 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.runlog import Run, RunInfo, list_runs, load_run
-from bebop.runlog.read import SETUP_KEYS
+from bebop.runlog.setup import SETUP_KEYS
 
 DEFAULT_ROOT = "runs"
 CONFIG_KEYS = SETUP_KEYS  # meta.json's setup keys, what every table shows about a run (docs/runs.md)
@@ -79,7 +79,7 @@ def discover(root_text: str) -> tuple[Path, list[RunInfo], str | None]:
         return root, [], f"Cannot read the runs root `{root}`: {err}"
     if not infos:
         return root, [], (f"No runs under `{root}` yet. Start one with `bebop demo`, or write preview runs with "
-                          f"`python -m bebop.runlog.synthetic {root}/preview`.")
+                          f"`bebop preview {root}/preview`.")
     return root, infos, None
 
 

@@ -1,7 +1,7 @@
 """`bebop demo`: the paper's end-to-end claim on your laptop, in a few minutes.
 
 On the embedded default policy (or `--policy`: a checkpoint directory or hub id, with `--head` found by the rules
-of `bebop.commands.policy`) it runs the same short GRPO job (async, same seed and prompts) in two regimes, each
+of `bebop.policy`) it runs the same short GRPO job (async, same seed and prompts) in two regimes, each
 twice:
 
     1. rollouts by plain decoding (no MTP)
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP
+from bebop.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.config import TASKS, RLConfig
 
 # Per-step counters of the engine's phases in the trainer's train records (seconds summed over the step's engine
@@ -89,7 +89,7 @@ def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> di
     length, plain steps counted) divided by what an engine step costs in plain steps ((verify + drafts) / plain
     step, both measured by the engine in these runs), or the accept length alone (drafting and verifying as cheap
     as one plain step) when the costs were not logged."""
-    from bebop.commands.bench.rl import summarize
+    from bebop.rl.compare import summarize
 
     plain, spec = summarize(plain_records), summarize(spec_records)
     tokens = tokens_per_row_step(spec_records) or spec["accept_length"]
@@ -172,9 +172,9 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bebop.commands.bench.rl import run_once
     from bebop.commands.device_args import device_and_dtype
-    from bebop.commands.policy import head_label, load_policy_heads
+    from bebop.policy import head_label, load_policy_heads
+    from bebop.rl.compare import run_once
 
     if args.small_prompts < 0 or args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")

@@ -2,42 +2,25 @@
 
     bebop eval-mtp --heads ce tv e2e_tv --methods to rs --temperatures 0.5 1.0 1.5 2.0 --tasks math
 
-For every task and temperature the same held-out prompts are answered by the `Engine` with every
-(head, method) at depth `--gamma` (3), and we measure, from the engine's own counters:
-    acceptance rate (accepted drafts / drafted), accept length (1 + accepted / verify steps), the
-    per-position conditional acceptance alpha_pos/i, and the mean target entropy at the draft positions.
-Mean d_TV(p, q) is computed teacher-forced: after generation, the policy and the head run over the
-generated sequences (the chain fed with the emitted tokens, `MTPHead.chain` at depth γ) and
-d_TV = 1 - `acceptance_alpha` at the same temperature, averaged over the policy-written anchors. It is
-the RS acceptance the head would have along those sequences, whatever method drafted them.
+What it measures and the run directory it writes: `bebop.heads.evaluate`.
 
 Every acceptance rate printed carries its counts and a 95% interval, and every difference between heads or
 methods says when its own 95% interval holds 0 ("noise"): `bebop.metrics.rate_interval` and
 `rate_difference_interval`, binomial over draft tokens, so the real uncertainty is larger, never smaller. The
 entropy-law fit needs at least 3 distinct draft entropies (temperatures x tasks); with fewer it says so.
 
-Run directory (kind "eval-mtp"):
-    table.csv / table.json   one row per (task, temperature, head, method)
-    table2.csv               Table 2 layout: RS acceptance % at the temperature nearest 1, heads x tasks
-    fits.json                acceptance = a + slope·entropy per (head, method) over the sweep's points
-    tokens.jsonl             one record per reached draft position: task, temperature, head, method, pos,
-                             entropy (H(p) at that position, nats), accepted (0/1): fit the entropy law
-                             per token with `bebop.metrics.fit_entropy_law` from these
 `--policy` is the embedded default, a checkpoint directory or a hub id; each of `--heads` is a head saved beside the
 policy (POLICY/heads/NAME: the default ships "ce", "tv", "e2e_tv"), the head stored in the policy's checkpoint
-("embedded", or its objective) or a directory written by `save_head`, tried in that order (`bebop.commands.policy`);
+("embedded", or its objective) or a directory written by `save_head`, tried in that order (`bebop.policy`);
 `LABEL=HEAD` names it in the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,208 +29,20 @@ from rich.table import Table
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.eval_profiles import add_profile_argument, apply_profile
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.batches import pad
-from bebop.data.completions import Completion, complete
-from bebop.data.prompt_options import PromptOptions, check_prompt_fields
-from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
-from bebop.data.tasks import parse_tasks, task_for
-from bebop.device import check_device_name, resolve_device, resolve_dtype
-from bebop.engine import Engine
-from bebop.engine.rollout import GenerationConfig
-from bebop.headtrain.data import anchor_mask
-from bebop.losses import acceptance_alpha
-from bebop.metrics import derive, fit_entropy_law, rate_difference_interval, rate_interval
-from bebop.models.mtp import MTPHead, chain_targets
-from bebop.models.transformer import Transformer
+from bebop.device import resolve_device, resolve_dtype
+from bebop.heads.evaluate import (
+    MIN_FIT_POINTS,
+    EvalMTPConfig,
+    eval_setup,
+    fit_slopes,
+    sweep,
+    table2_cells,
+    write_tables,
+)
+from bebop.metrics import rate_difference_interval, rate_interval
+from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
 from bebop.runlog import RunWriter
-from bebop.verify import METHODS
-
-EVAL_SEED = 3_000_017  # held-out prompts, disjoint from pretraining, train-mtp data and pretrain eval
-# A sweep's temperatures are > 0, where "greedy" is not the policy's distribution (it is what both other methods
-# become at T = 0): a sweep compares the rest.
-SWEPT_METHODS = tuple(m for m in METHODS if m != "greedy")
-MIN_FIT_POINTS = 3  # distinct draft entropies (temperatures x tasks) an entropy-law fit needs
-
-
-@dataclass(frozen=True)
-class EvalMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
-    heads: tuple[str, ...] = ("ce", "e2e_tv")
-    methods: tuple[str, ...] = ("to", "rs")
-    # T = 0.5-2.0 spans 0.2-1.3 nats of this policy's entropy, a range RL runs visit and wide enough to pin a slope
-    temperatures: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
-    tasks: tuple[str, ...] = ("math",)
-    gamma: int = 3
-    num_prompts: int = 64
-    max_new_tokens: int = 200
-    seed: int = 0
-    dtype: str = "auto"
-    threads: int = 1
-    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
-
-    def __post_init__(self) -> None:
-        check_prompt_fields(self)
-        check_device_name(self.device)
-        parse_tasks(self.tasks, dataset_config(self))
-        if not self.heads:
-            raise ValueError("heads is empty: name at least one head")
-        bad = [m for m in self.methods if m not in SWEPT_METHODS]
-        if bad or not self.methods:
-            raise ValueError(f"unknown methods {bad or self.methods!r}; valid methods: {SWEPT_METHODS}")
-        if not self.temperatures or any(not (isinstance(t, (int, float)) and 0 < t < math.inf)
-                                        for t in self.temperatures):
-            raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
-        for name in ("gamma", "num_prompts", "max_new_tokens", "threads"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"EvalMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
-
-    @classmethod
-    def tiny(cls, heads: tuple[str, ...] = ("ce", "e2e_tv")) -> "EvalMTPConfig":
-        return cls(heads=heads, temperatures=(0.5, 1.0, 1.5), num_prompts=4, max_new_tokens=24, gamma=2)
-
-
-# ----------------------------------------------------------------------------------------------- records
-def token_records(completions: list[Completion], **fields) -> list[dict]:
-    """One record per reached draft position, from the engine's origins: a run of "accepted" tokens at
-    positions 0.. then a "recovered" token at the rejected position (a "bonus" means all γ passed)."""
-    records = []
-    for c in completions:
-        pos = 0
-        for origin, h in zip(c.origin, c.entropy):
-            if origin == "accepted":
-                records.append({**fields, "pos": pos, "entropy": h, "accepted": 1})
-                pos += 1
-            elif origin == "recovered":
-                records.append({**fields, "pos": pos, "entropy": h, "accepted": 0})
-                pos = 0
-            else:
-                pos = 0
-    return records
-
-
-@torch.no_grad()
-def teacher_forced_dtv(model: Transformer, head: MTPHead, prompts: list[list[int]], completions: list[Completion],
-                       gamma: int, temperature: float, batch_size: int = 32) -> list[float]:
-    """Mean d_TV(p, q) per draft position [γ] along the generated sequences (see module docstring)."""
-    seqs = [p + c.tokens for p, c in zip(prompts, completions)]
-    written = [[False] * len(p) + c.policy for p, c in zip(prompts, completions)]
-    alphas = []
-    for start in range(0, len(seqs), batch_size):
-        tokens, lengths = pad(seqs[start : start + batch_size], 0)
-        trainable, _ = pad([[int(w) for w in ws] for ws in written[start : start + batch_size]], 0)
-        mask = anchor_mask(trainable.bool(), lengths, gamma)  # [B, T]
-        if not bool(mask.any()):
-            continue
-        tokens, mask = tokens.to(model.lm_head.weight.device), mask.to(model.lm_head.weight.device)
-        logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
-        draft = head.chain(model, hidden, tokens, gamma)  # [B, T, γ, V]
-        target, _, _ = chain_targets(logits, tokens, gamma)
-        alphas.append(acceptance_alpha(draft.float(), target.float(), temperature)[mask])  # [M, γ]
-    if not alphas:
-        return [math.nan] * gamma
-    return (1 - torch.cat(alphas).mean(0)).tolist()
-
-
-def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str, temperature: float,
-                 config: EvalMTPConfig) -> tuple[dict, list[Completion]]:
-    """Generate with one (head, method, temperature) and summarise acceptance, entropy and d_TV."""
-    gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=temperature, gamma=config.gamma,
-                           method=method, seed=config.seed)
-    fmt = job_prompt_format(config, tokenizer)
-    completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen, prompt_format=fmt)
-    rates = derive(stats)
-    prompts = prompt_ids(tokenizer, examples, fmt)
-    dtv = teacher_forced_dtv(model, head, prompts, completions, config.gamma, temperature)
-    entropies = [h for c in completions for h in c.entropy]
-    row = {
-        "acceptance_rate": rates["spec/acceptance_rate"],
-        "accept_length": rates["spec/accept_length"],
-        **{f"alpha_pos/{i}": rates[f"spec/alpha_pos/{i}"] for i in range(config.gamma)},
-        "draft_entropy_mean": rates.get("spec/entropy_mean", math.nan),
-        "entropy_mean": sum(entropies) / max(1, len(entropies)),
-        "d_tv_mean": sum(dtv) / len(dtv),
-        **{f"d_tv_pos/{i}": v for i, v in enumerate(dtv)},
-        "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
-        "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
-        "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
-        "reward": sum(task.rewards(examples, [tokenizer.decode(c.tokens) for c in completions])) / len(examples),
-    }
-    return row, completions
-
-
-def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
-          progress: bool = True) -> list[dict]:
-    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream."""
-    rows, console = [], Console(stderr=True, quiet=not progress)
-    for task_name in config.tasks:
-        task = task_for(task_name, dataset_config(config))
-        examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
-        for temperature in config.temperatures:
-            for label, head in heads.items():
-                for method in config.methods:
-                    start = time.perf_counter()
-                    row, completions = evaluate_one(model, tokenizer, head, task, examples, method=method,
-                                                    temperature=temperature, config=config)
-                    keys = {"task": task_name, "temperature": temperature, "head": label, "method": method}
-                    rows.append({**keys, **row})
-                    if writer is not None:
-                        for record in token_records(completions, **keys):
-                            writer.log("tokens", record)
-                        writer.status(message=f"{task_name} T={temperature} {label} {method}", rows=len(rows))
-                    console.log(f"{task_name} T={temperature} {label:>8} {method}: acceptance "
-                                f"{row['acceptance_rate']:.3f}, H {row['draft_entropy_mean']:.3f}, "
-                                f"d_tv {row['d_tv_mean']:.3f} ({time.perf_counter() - start:.1f} s)")
-    return rows
-
-
-# ----------------------------------------------------------------------------------------------- tables
-def fit_slopes(rows: list[dict]) -> list[dict]:
-    """acceptance_rate = a + slope·draft_entropy_mean per (head, method), over the (task, temperature) points."""
-    fits = []
-    for head, method in dict.fromkeys((r["head"], r["method"]) for r in rows):
-        points = [r for r in rows if r["head"] == head and r["method"] == method
-                  and math.isfinite(r["draft_entropy_mean"]) and math.isfinite(r["acceptance_rate"])]
-        if len({round(r["draft_entropy_mean"], 9) for r in points}) < MIN_FIT_POINTS:
-            continue  # a line through 2 points always fits: no test of the law, and no interval on its slope
-        fit = fit_entropy_law([r["draft_entropy_mean"] for r in points], [r["acceptance_rate"] for r in points],
-                              n_bootstrap=200)
-        fits.append({"head": head, "method": method, "slope": fit.slope, "intercept": fit.intercept,
-                     "r2": fit.r2, "slope_ci": list(fit.slope_ci), "n": fit.n})
-    return fits
-
-
-def _table2_cells(rows: list[dict]) -> tuple[float, dict[tuple[str, str], dict]]:
-    """(temperature nearest 1, {(head, task): row}) of the RS rows (all rows when none is RS)."""
-    rs = [r for r in rows if r["method"] == "rs"] or rows
-    temperature = min({r["temperature"] for r in rs}, key=lambda t: abs(t - 1.0))
-    return temperature, {(r["head"], r["task"]): r for r in rs if r["temperature"] == temperature}
-
-
-def table2(rows: list[dict]) -> tuple[float, list[dict]]:
-    """RS acceptance (%) per head x task at the temperature nearest 1 (the paper's Table 2 layout)."""
-    temperature, cells = _table2_cells(rows)
-    out = {}
-    for (head, task), r in cells.items():
-        out.setdefault(head, {"head": head})[task] = 100 * r["acceptance_rate"]
-    return temperature, list(out.values())
-
-
-def write_tables(run_dir: Path, rows: list[dict], fits: list[dict]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_csv(run_dir / "table.csv", rows)
-    (run_dir / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (run_dir / "fits.json").write_text(json.dumps(fits, indent=1) + "\n")
-    _, t2 = table2(rows)
-    _write_csv(run_dir / "table2.csv", t2)
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def acceptance_cell(row: dict) -> str:
@@ -302,7 +97,7 @@ def _print_acceptance(rows: list[dict], console: Console) -> None:
 
 
 def _print_table2(rows: list[dict], console: Console) -> None:
-    temperature, cells = _table2_cells(rows)
+    temperature, cells = table2_cells(rows)
     tasks = list(dict.fromkeys(task for _, task in cells))
     heads = list(dict.fromkeys(head for head, _ in cells))
     base = "ce" if "ce" in heads else None
@@ -356,20 +151,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
+    parser.add_argument("--no-dtv", action="store_true",
+                        help="skip the teacher-forced d_TV column (it takes about as long as the generation)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
     add_device_args(parser, dtype_help="the policy's and heads' dtype")
     add_profile_argument(parser)
-
-
-def setup_keys(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
-    """The setup keys every job writes into meta.json (docs/runs.md): a list where the sweep covers several values."""
-    def one_or_all(values):
-        values = list(dict.fromkeys(values))
-        return values[0] if len(values) == 1 else values
-
-    return {"task": one_or_all(config.tasks), "rollout": one_or_all(config.methods), "mtp_strategy": None,
-            "mtp_objective": one_or_all(h.objective or label for label, h in heads.items()),
-            "gamma": config.gamma, "mode": None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -377,14 +163,14 @@ def run(args: argparse.Namespace) -> int:
     config = EvalMTPConfig(heads=tuple(args.heads), methods=tuple(args.methods),
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                           dtype=args.dtype, threads=args.threads, device=args.device, **prompt_fields(args))
+                           dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     torch.set_num_threads(config.threads)
     policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
     model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},
-                   kind="eval-mtp", meta_extra=setup_keys(config, policy.heads)) as writer:
+                   kind="eval-mtp", meta_extra=eval_setup(config, policy.heads)) as writer:
         rows = sweep(model, tokenizer, policy.heads, config, writer)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)

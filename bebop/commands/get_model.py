@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from bebop.commands import policy
+from bebop import policy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

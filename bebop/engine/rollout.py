@@ -11,7 +11,7 @@ token whose text completes a string (`find_stop`) ends the row. For both kinds, 
 through the one that completes the stop; tokens after it, e.g. the rest of an accepted speculative chunk,
 are dropped. A completing token may carry text past the string's end ("</call>" may end in a token "l>\n"):
 the tokens keep it; the text an environment or a reward sees is cut by `find_stop`'s offsets
-(`bebop.data.prompting`: the environment reads through the string's end, the reward the text before it).
+(`bebop.prompting`: the environment reads through the string's end, the reward the text before it).
 """
 
 from __future__ import annotations

@@ -110,15 +110,15 @@ class VLLMEngine:
     dtype: "bf16" | "fp32". kv_cache_bytes: the KV cache's size; on CPU vLLM otherwise reserves a fraction of all
     memory. sleep_mode: let `sleep`/`wake_up` free the device memory around a colocated trainer's update (vLLM has
     it on CUDA only; False elsewhere). speculative_config: passed to vLLM as is (the bebop head plugin's).
-    enforce_eager: None = eager on CPU (vLLM's torch.compile warm-up took 27-77 s per start on 2 cores, its compile
-    cache failing to reload; a short RL run or test never earns that back), vLLM's compiled default elsewhere."""
+    enforce_eager: None = eager on CPU (vLLM's torch.compile warm-up is paid again at every start there, its compile
+    cache failing to reload, and a short RL run or test never earns it back), vLLM's compiled default elsewhere."""
 
     def __init__(self, model_dir: str | os.PathLike, *, dtype: str = "bf16", seed: int = 0,
                  max_model_len: int | None = None, kv_cache_bytes: int | None = None, sleep_mode: bool = False,
                  speculative_config: dict | None = None, entropy_vocab: int = 4096, enforce_eager: bool | None = None,
                  **llm_kwargs):
+        from bebop.files import read_json
         from bebop.models.config import ModelConfig
-        from bebop.runlog.write import read_json
 
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -202,6 +202,12 @@ class VLLMEngine:
 
         self.wake_up()
         push_head(self.llm, head)
+
+    def push_weights(self, policy: torch.nn.Module, head: torch.nn.Module | None = None) -> None:
+        """A new policy version (and a trained head's) into the served model and draft (`bebop.engine.backend`)."""
+        self.load_weights(policy)
+        if head is not None:
+            self.load_head(head)
 
     def sleep(self) -> None:
         """Free the device memory of weights and KV cache (vLLM sleep level 1) until `wake_up`; a no-op without

@@ -34,10 +34,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
+from bebop.files import atomic_open
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, check_head_fits
 from bebop.models.transformer import Transformer
-from bebop.runlog.atomic import atomic_open
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 HEAD_WEIGHTS, HEAD_CONFIG = "head.safetensors", "head.json"

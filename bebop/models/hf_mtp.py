@@ -34,10 +34,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bebop.files import atomic_open
 from bebop.models.checkpoint import CONFIG, save_pretrained
 from bebop.models.mtp import MTPHead, check_head_fits
 from bebop.models.transformer import Transformer
-from bebop.runlog.atomic import atomic_open
 
 # Every layer, the MTP one included: attention over the whole prefix (Mellum's MTP default is a sliding window) and
 # a SwiGLU MLP (Mellum's default is a mixture of experts).

@@ -1,7 +1,7 @@
 """From prompts to a GRPO training batch: sample a group per prompt, generate, score, align.
 
     examples (one per prompt, repeated group_size times, group by group)
-      -> bebop.data.prompting.run_task                  # prompt ids, the task's stops, engine.generate
+      -> bebop.prompting.run_task                  # prompt ids, the task's stops, engine.generate
                                                         # (plain, TO or RS; multi-turn for agent tasks)
       -> task.rewards(examples, completion texts)       # texts without the stop that ended each row
       -> RolloutBatch: [N, L] tensors where position i holds token i+1 of prompt+completion
@@ -26,9 +26,9 @@ from typing import Any, Sequence
 
 import torch
 
-from bebop.data.prompting import PromptFormat, run_task
 from bebop.device import to_device
 from bebop.engine.rollout import GenerationConfig, Rollout
+from bebop.prompting import PromptFormat, run_task
 
 
 @dataclass

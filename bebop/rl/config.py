@@ -43,7 +43,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     kl_coef: float = 0.0  # > 0 adds β·KL(π_θ ‖ π_ref) against a frozen copy of the starting policy
     mtp_lr: float = 1e-4  # online strategies: the head's own optimiser
     mtp_grad_clip: float = 1.0
-    mtp_depth: int = 3  # chain depth of the online head loss
+    mtp_depth: int | None = None  # chain depth of the online head loss; None: the depth rollouts draft (online_depth)
     level: int | None = None  # task difficulty level (None = the task's mix)
     checkpoint_every: int = 5  # steps between checkpoints (0 = only at the end)
     samples_per_step: int = 4  # completions logged to the `samples` stream per step
@@ -71,6 +71,8 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"RLConfig.gamma must be a positive int or 'auto', got {self.gamma!r}")
         for name in ("steps", "prompts_per_step", "max_new_tokens", "max_gamma", "mtp_depth"):
             value = getattr(self, name)
+            if name == "mtp_depth" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RLConfig.{name} must be a positive int, got {value!r}")
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
@@ -132,9 +134,16 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     @classmethod
     def tiny(cls, **overrides: Any) -> "RLConfig":
         """Seconds per run, for tests."""
-        base = dict(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=12, gamma=2, mtp_depth=2,
+        base = dict(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=12, gamma=2,
                     lr=1e-3, checkpoint_every=1, samples_per_step=2, gen_dtype="fp32", threads=1)
         return cls(**{**base, **overrides})
+
+    @property
+    def online_depth(self) -> int:
+        """The online head loss's chain depth: mtp_depth, else as deep as rollouts draft (gamma; max_gamma if auto)."""
+        if self.mtp_depth is not None:
+            return self.mtp_depth
+        return self.max_gamma if self.gamma == "auto" else self.gamma
 
     def replace(self, **changes: Any) -> "RLConfig":
         return replace(self, **changes)

@@ -36,12 +36,12 @@ from pathlib import Path
 import torch
 
 from bebop import distributed
-from bebop.data.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
 from bebop.device import autocast, resolve_device, resolve_dtype
-from bebop.engine import Engine
+from bebop.engine.backend import rollout_backend, snapshot
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
+from bebop.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
@@ -52,20 +52,13 @@ from bebop.rl.resume import load_checkpoint, save_checkpoint
 from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_groups
 from bebop.runlog import RunWriter
 from bebop.runlog.null import NullWriter
+from bebop.runlog.setup import rl_setup
 from bebop.sampling import probs_from_logits
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
                      "device")
 _COUNTER_PREFIXES = ("spec/num_", "spec/by_entropy/", "spec/gamma", "spec/method", "engine/")
-
-
-def rl_setup(config: RLConfig, head, task: str) -> dict:
-    """meta.json's setup keys (docs/runs.md): what the dashboard shows; no head means no MTP fields."""
-    speculative = head is not None
-    return {"task": task, "rollout": config.rollout, "mode": config.mode,
-            "mtp_objective": getattr(head, "objective", None) if speculative else None,
-            "mtp_strategy": config.mtp if speculative else None, "gamma": config.gamma if speculative else None}
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -82,21 +75,11 @@ class UpdateResult:
     interval: tuple[float, float]  # time.perf_counter() at the update's start and end
 
 
-def _snapshot(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    return copy.deepcopy(module).to(dtype).eval().requires_grad_(False)
-
-
-@torch.no_grad()
-def _copy_into(snapshot: torch.nn.Module, source: torch.nn.Module) -> None:
-    for dst, src in zip(snapshot.parameters(), source.parameters(), strict=True):
-        dst.copy_(distributed.full_tensor(src))  # a sharded policy's whole weights (a collective)
-
-
 class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
     `task` overrides `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys);
-    `prompt_format` overrides how prompts reach the policy (`bebop.data.prompting`; default: `config.chat_template`
+    `prompt_format` overrides how prompts reach the policy (`bebop.prompting`; default: `config.chat_template`
     and `config.system_prompt` with this tokenizer).
     """
 
@@ -132,23 +115,27 @@ class Trainer:
         self.policy = copy.deepcopy(model).float().to(self.device).train()
         self.head = copy.deepcopy(head).float().to(self.device).eval() if (head is not None and config.uses_head) \
             else None
-        self.reference = _snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
+        self.reference = snapshot(self.policy, torch.float32) if config.kl_coef > 0 else None
         num_parameters = self.policy.num_parameters()
         if self.world > 1:
             distributed.shard(self.policy, self.policy.model.layers, methods=("forward_shared_prefix",),
                               param_dtype=self.gen_dtype)  # the update's autocast dtype
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=0.0)
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
-                                depth=config.mtp_depth, temperature=config.temperature,
+                                depth=config.online_depth, temperature=config.temperature,
                                 vocab_limit=self.vocab_limit)
         self.start_step, self.version = 0, 0
         if checkpoint is not None:
             self._restore(checkpoint)
-        self.engine = self._rollout_engine(model)
+        c = config  # the backend snapshots the caller's model: a sharded policy is not copyable
+        self.engine = rollout_backend(c.backend, model, self.head, self.gen_dtype, self.device, seed=c.seed,
+                                      gamma=c.gamma, method=c.rollout, world=self.world)
         self._refresh_snapshot()
         meta = {"policy_parameters": num_parameters, "device": str(self.device), "world_size": self.world,
                 **(meta_extra or {}),
-                **rl_setup(config, self.head, getattr(task, "name", config.task))}
+                **rl_setup(task=getattr(task, "name", config.task), rollout=config.rollout, mode=config.mode,
+                           mtp_objective=getattr(self.head, "objective", None), mtp_strategy=config.mtp,
+                           gamma=config.gamma)}
         self.writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=resume, name=name,
                                 meta_extra=meta) if distributed.is_main() else NullWriter(name or self.run_dir.name)
         last = self.writer.last_step
@@ -200,36 +187,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- generation
     def generation_config(self, step: int) -> GenerationConfig:
-        c = self.config
-        gamma = 0 if c.rollout == "none" else c.gamma
-        return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, gamma=gamma,
-                                method="rs" if c.rollout == "none" else c.rollout, max_gamma=c.max_gamma,
+        c = self.config  # rollout "none" is plain decoding, γ = 0: no draft, so no verification method
+        drafts = {} if c.rollout == "none" else {"gamma": c.gamma, "method": c.rollout, "max_gamma": c.max_gamma}
+        return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, **{"gamma": 0, **drafts},
                                 seed=rank_seed(step_seed(c.seed, step), self.rank))
 
-    def _rollout_engine(self, model):
-        """bebop's engine on a snapshot in the rollout dtype (from the caller's model: a sharded policy is not
-        copyable; refreshed from the policy's full weights), or an in-process vLLM colocated with the trainer."""
-        self.gen_policy, self.gen_head = None, None
-        if self.config.backend == "vllm":
-            from bebop.engine.vllm import VLLMEngine
-
-            if self.world > 1:
-                raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
-            return VLLMEngine.colocated(model, self.gen_dtype, seed=self.config.seed, head=self.head,
-                                        gamma=self.config.gamma, method=self.config.rollout)
-        self.gen_policy = _snapshot(model, self.gen_dtype).to(self.device)
-        self.gen_head = _snapshot(self.head, self.gen_dtype) if self.head is not None else None
-        return Engine(self.gen_policy, self.gen_head)
-
     def _refresh_snapshot(self) -> None:
-        if self.config.backend == "vllm":  # the policy's (and head's) weights pushed into the served model
-            self.engine.load_weights(self.policy)
-            if self.head is not None and self.config.mtp != "frozen":
-                self.engine.load_head(self.head)
-            return
-        _copy_into(self.gen_policy, self.policy)
-        if self.gen_head is not None:
-            _copy_into(self.gen_head, self.head)
+        """The updated policy (and an online head) into the rollout backend: only while no generation runs."""
+        self.engine.push_weights(self.policy, self.head if self.config.mtp != "frozen" else None)
 
     def _generate(self, step: int, version: int) -> RolloutBatch:
         c = self.config
@@ -328,8 +293,8 @@ class Trainer:
                 if executor is not None and step + 1 < c.steps:
                     self._refresh_snapshot()  # the thread is idle: safe to overwrite the snapshot
                     pending = executor.submit(self._generate, step + 1, self.version)
-                if executor is None and c.backend == "vllm":
-                    self.engine.sleep()  # sync: the update gets vLLM's device memory (CUDA sleep mode; else no-op)
+                if executor is None:
+                    self.engine.sleep()  # sync: the update gets the backend's device memory (vLLM's sleep mode)
                 update = self.update(batch)
                 if executor is None:
                     self._refresh_snapshot()

@@ -1,7 +1,8 @@
 """Run directories: what a job writes and the dashboard reads.
 
 `write` (RunWriter: append-only streams, atomic meta/status; no pandas, so every job can log), `read` (load_run,
-list_runs: pandas DataFrames, imported on first use), `synthetic` (preview runs for the dashboard), `atomic`.
+list_runs: pandas DataFrames, imported on first use). Atomic files and JSON: `bebop.files`; preview runs:
+`bebop.rl.synthetic`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bebop.runlog.write import KINDS, STATES, RunWriter, read_json, to_jsonable
+from bebop.files import read_json
+from bebop.runlog.setup import SETUP_KEYS, run_setup
+from bebop.runlog.write import KINDS, STATES, RunWriter, to_jsonable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,30 +40,6 @@ __all__ = ["KINDS", "SETUP_KEYS", "STATES", "Run", "RunInfo", "RunWriter", "Stre
 
 STALE_AFTER_S = 120.0  # a "running" run whose heartbeat is older than this is shown as "stale"
 _DERIVE_NEEDS = ("spec/gamma", "spec/num_drafts", "spec/num_draft_tokens", "spec/num_accepted_tokens")
-# What a run is, in one vocabulary for every job: top-level keys of meta.json (docs/runs.md, "The run's setup").
-SETUP_KEYS = ("task", "rollout", "mtp_objective", "mtp_strategy", "gamma", "mode")
-
-
-def run_setup(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's setup (`SETUP_KEYS`) from its meta.json; None where the run has no such thing.
-
-    Jobs write these keys at the top of meta.json. Runs written before they did are read from where their
-    job kept the same facts: an RL config's `mtp` (the strategy) and meta's `head`, or a config's `tasks`.
-    """
-    if all(key in meta for key in SETUP_KEYS):
-        return {key: meta[key] for key in SETUP_KEYS}
-    config = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}
-    setup = {key: meta.get(key, config.get(key)) for key in SETUP_KEYS}
-    if setup["task"] is None and config.get("tasks"):
-        setup["task"] = config["tasks"]
-    if meta.get("kind") == "rl" and config.get("rollout") == "none":
-        setup.update(mtp_objective=None, mtp_strategy=None, gamma=None)
-    elif meta.get("kind") == "rl":
-        setup["mtp_strategy"] = setup["mtp_strategy"] or config.get("mtp")
-        setup["mtp_objective"] = setup["mtp_objective"] or meta.get("head")
-    return setup
-
-
 # --------------------------------------------------------------------------------------------- reader
 
 

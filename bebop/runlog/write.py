@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bebop.runlog.atomic import atomic_open
+from bebop.files import atomic_open, read_json
 from bebop.runlog.mirror import Mirror
 
 KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo")
@@ -64,14 +64,6 @@ def _dumps(obj: Any) -> str:
 def _write_atomic(path: Path, obj: Any) -> None:
     with atomic_open(path, "w") as f:
         f.write(json.dumps(obj, indent=2, allow_nan=True))
-
-
-def read_json(path: Path) -> dict:
-    with open(path) as f:
-        obj = json.load(f)
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
-    return obj
 
 
 def _repair_tail(path: Path) -> int:

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bebop.files import atomic_open
 from bebop.models.checkpoint import CONFIG, load_head, resolve_checkpoint_dir, save_head
 from bebop.models.config import FAMILIES, ModelConfig
 from bebop.models.mtp import MTPHead, check_head_fits
-from bebop.runlog.atomic import atomic_open
 
 MODEL_TYPE = "mtp"  # vLLM's generic MTP model type (config/speculative.py MTPModelTypes)
 ARCHITECTURE = "BebopMTPModel"

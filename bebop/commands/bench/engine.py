@@ -26,7 +26,7 @@ warm-up round.
 Models: "tiny" (the embedded default's shape: 4 layers), "deep" (about the same parameters in 16 narrow layers),
 "small" (Qwen3-0.6B's width and vocabulary, 3 layers) and "qwen3-0.6b" (Qwen3-0.6B's whole shape, 28 layers: a
 GPU's model), all random-init; and, with `--policy` (a checkpoint
-directory or hub id), "policy": that checkpoint with its `--head` (found by the rules of `bebop.commands.policy`),
+directory or hub id), "policy": that checkpoint with its `--head` (found by the rules of `bebop.policy`),
 at the acceptance the head really has. Its HF assisted baseline drafts with the policy cut to its first layer. The "draft cost" column is one draft
 step in units of a one-token target step: the one-layer head is 0.4-0.5 of a step on the 4-layer tiny model
 and an eighth on the 16-layer one, and that ratio caps the speedup as much as acceptance does.
@@ -51,13 +51,13 @@ import torch
 
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import theoretical_speedup
 from bebop.models.checkpoint import save_pretrained
 from bebop.models.config import ModelConfig
 from bebop.models.selfdraft import self_draft_pair
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 
 # The speculative methods timed, in record order (greedy, the T = 0 case, is left out: the bench samples at T = 1).
 TIMED_METHODS = ("to", "rs")

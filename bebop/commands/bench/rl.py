@@ -1,7 +1,7 @@
 """`bebop bench rl`: RL step time with MTP + rejection sampling vs without, measured side by side.
 
 For each task it runs the same GRPO job (same seed, prompts and config) twice on the embedded default (or `--policy`,
-a checkpoint directory or hub id, whose `--heads` are found by the rules of `bebop.commands.policy`):
+a checkpoint directory or hub id, whose `--heads` are found by the rules of `bebop.policy`):
 rollouts by plain decoding ("none") and by RS with the frozen e2e TV head, both async unless `--sync`;
 optionally a third run with the CE head (`--heads e2e_tv ce`) to compare how accept length drifts as RL
 moves the policy. Reported per task, from medians over the steps after the first (warm-up):
@@ -37,9 +37,9 @@ from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
-from bebop.commands.policy import HEAD_HELP, POLICY_HELP
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.metrics import derive, pool
+from bebop.policy import HEAD_HELP, POLICY_HELP
+from bebop.rl.compare import run_once, summarize
 from bebop.rl.config import TASKS, RLConfig
 
 SELF_DRAFT_SHAPES = ("policy", "deep", "small", "qwen3-0.6b")
@@ -98,40 +98,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
 
 
-def summarize(records: list[dict], skip: int = 1) -> dict:
-    """Medians of the per-step timings, means of reward/entropy, pooled spec rates.
-
-    Timings skip `skip` warm-up steps and the last step: in async mode the first step waits for a whole
-    generation and the last one has no next generation to overlap, so neither is a steady-state step."""
-    timed = records[skip:-1] or records[skip:] or records
-    out = {
-        "steps": len(records),
-        "step_s": statistics.median(r["timing_s/step"] for r in timed),
-        "gen_s": statistics.median(r["timing_s/gen"] for r in timed),
-        "update_s": statistics.median(r["timing_s/update_actor"] + r["timing_s/update_mtp"] for r in timed),
-        "overlap_s": statistics.median(r["timing_s/overlap"] for r in timed),
-        "reward_first": records[0]["critic/score/mean"],
-        "reward_mean": statistics.fmean(r["critic/score/mean"] for r in records),
-        "reward_last": records[-1]["critic/score/mean"],
-        "entropy": statistics.fmean(r["actor/entropy"] for r in records),
-        "response_length": statistics.fmean(r["response_length/mean"] for r in records),
-        "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),
-    }
-    if "spec/num_drafts" in records[0]:
-        quarter = max(1, len(records) // 4)
-        first, last = derive(pool(records[:quarter])), derive(pool(records[-quarter:]))
-        out["accept_length"] = derive(pool(records))["spec/accept_length"]
-        out["accept_length_first"] = first["spec/accept_length"]
-        out["accept_length_last"] = last["spec/accept_length"]
-        out["accept_length_drift"] = last["spec/accept_length"] / first["spec/accept_length"] - 1
-    chosen = {int(k.rsplit("/", 1)[1]): sum(r.get(k, 0) for r in records) for k in records[0]
-              if k.startswith("spec/num_gamma_chosen/")}
-    if sum(chosen.values()) > 0:  # gamma="auto": the engine steps' depths
-        out["gamma_mean"] = sum(g * n for g, n in chosen.items()) / sum(chosen.values())
-        out["gamma_mode"] = max(chosen, key=chosen.get)
-    return out
-
-
 def self_draft_default(default, shape: str):
     """`default` with its policy and every head replaced by one self-draft pair (q = p) of the policy's shape
     ("policy") or of ModelConfig.deep ("deep") at the tokenizer's vocabulary."""
@@ -148,14 +114,6 @@ def self_draft_default(default, shape: str):
     model, head = self_draft_pair(config, seed=0)
     dtype = default.model.lm_head.weight.dtype
     return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
-
-
-def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True) -> list[dict]:
-    from bebop.rl.trainer import Trainer
-
-    trainer = Trainer(config, default.model, default.tokenizer, head=default.heads[head] if head else None,
-                      run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
-    return trainer.run()
 
 
 def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
@@ -176,7 +134,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
             name = f"{task}-{rollout}" + (f"-{head}" if head else "") + ("-sync" if mode != base.mode else "")
             name += (f"-g{gamma}" if gamma is not None and len(args.gamma) > 1 else "") + f"-{repeat}"
             run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
-            depth = {} if gamma is None else {"gamma": gamma, "mtp_depth": base.max_gamma if gamma == "auto" else gamma}
+            depth = {} if gamma is None else {"gamma": gamma}
             records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
@@ -218,8 +176,8 @@ def print_table(results: list[dict]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bebop.commands.policy import load_policy_heads
     from bebop.device import resolve_device, resolve_dtype
+    from bebop.policy import load_policy_heads
 
     check_args(args)
     resolve_device(args.device)  # --device cuda without CUDA: one line, before the policy loads

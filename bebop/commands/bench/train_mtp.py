@@ -9,7 +9,7 @@ whose first `--prompt-len` tokens are prompt (their anchors are not trained):
     dense    the step before hidden-state caching: the batch caches the backbone's logits [B, T, V]; the head's
              [B, T, depth, V] draft logits and the aligned target logits at every anchor, masked ones included,
              go through `draft_loss` in float32; a second full pass logs d_TV
-    chunked  `bebop.commands.train_mtp.train_step`: the batch caches hidden states [B, T, d] only; valid anchors
+    chunked  `bebop.heads.step.train_step`: the batch caches hidden states [B, T, d] only; valid anchors
              go through the LM head in checkpointed row chunks (`bebop.losses.draft_loss_from_hidden`)
 
 Each variant runs in a fresh process (`bebop.commands.bench.worker`): the model, the batch, the head, its
@@ -33,9 +33,9 @@ import torch
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.commands.device_args import add_device_args
 from bebop.device import resolve_device, resolve_dtype
-from bebop.headtrain.config import TrainMTPConfig
-from bebop.headtrain.data import anchor_mask
-from bebop.headtrain.step import lm_head_weight, new_head, train_step
+from bebop.heads.config import TrainMTPConfig
+from bebop.heads.data import anchor_mask
+from bebop.heads.step import lm_head_weight, new_head, train_step
 from bebop.losses import OBJECTIVES, acceptance_alpha, draft_loss
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import chain_targets

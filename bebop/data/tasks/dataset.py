@@ -29,7 +29,7 @@ from typing import Sequence
 
 from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY
 from bebop.data.tasks.answers import gold_answer, math_rewards
-from bebop.data.tasks.base import Example, Rng, RowsTask
+from bebop.data.tasks.base import Example, Rng, RowsTask, Task
 from bebop.data.tasks.code_tests import CodeTestsTask, is_code_layout
 
 FILE_KINDS = {"jsonl": "json", "parquet": "parquet"}  # spec prefix -> the `datasets` builder that reads it

@@ -43,7 +43,7 @@ HEAD_HELP = (f"a head of the policy (POLICY/heads/NAME), '{EMBEDDED}' or its obj
 POLICY_HELP = ("a checkpoint directory in the Hugging Face layout with its tokenizer, 'smollm2' (SmolLM2-135M-Instruct, "
                "needs bebop[real]), a .gguf file, or a hub id")
 SMOLLM2 = "smollm2"  # the --policy name of the real default
-SMOLLM2_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "smollm2"  # heads/OBJECTIVE: save_head dirs
+SMOLLM2_ASSETS = Path(__file__).resolve().parent / "assets" / "smollm2"  # heads/OBJECTIVE: save_head dirs
 # A hub repository id: "name" or "org/name", each part starting with a letter or digit (Hugging Face's own rule).
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from bebop import distributed
-from bebop.headtrain.config import TrainMTPConfig
+from bebop.heads.config import TrainMTPConfig
 from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden, expected_accepted
 from bebop.models.checkpoint import load_head
 from bebop.models.mtp import MTPHead, chain_targets
@@ -17,7 +17,7 @@ EVAL_GAMMA = 3
 def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) -> torch.Tensor:
     """The frozen LM head [V, d] in the compute dtype, cast once per run (under autocast every matmul would
     cast the [V, d] weight again). `rows` keeps the tokenizer's ids only: padding rows are never sampled
-    (`bebop.data.prompting.vocab_limit`), so target and draft are the distributions over the rest."""
+    (`bebop.prompting.vocab_limit`), so target and draft are the distributions over the rest."""
     return model.lm_head.weight.detach()[:rows].to(torch.bfloat16 if use_bf16 else torch.float32)
 
 

@@ -1,7 +1,7 @@
 """Completions: a policy answers task prompts through an `Engine`.
 
 `complete` plays the agent protocol when the task has an environment (`make_env`: at `</call>` the engine appends
-the environment's `<result>...</result>` and continues from its cached prefix), through `bebop.data.prompting`, the
+the environment's `<result>...</result>` and continues from its cached prefix), through `bebop.prompting`, the
 path RL's `collect` shares. It returns per-example tokens with a mask of what the policy wrote, plus the engine's
 per-token entropy and origin, which `train-mtp` (self-generated data), `eval-mtp` (acceptance) and RL use. Pretraining's demonstrations are `bebop.data.batches`.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from bebop.data.prompting import PromptFormat, make_env, run_task
 from bebop.data.tasks import Example, Task
 from bebop.data.tokenizer import Tokenizer
 from bebop.engine import Engine, GenerationConfig
 from bebop.metrics import pool
+from bebop.prompting import PromptFormat, make_env, run_task
 
 __all__ = ["Completion", "complete", "make_env"]
 
@@ -33,7 +33,7 @@ class Completion:
 def complete(engine: Engine, tokenizer: Tokenizer, task: Task, examples: Sequence[Example],
              config: GenerationConfig, *, prompt_format: PromptFormat | None = None) -> tuple[list[Completion], dict]:
     """Answer every example with the engine (multi-turn through `make_env` for tasks with an environment), prompts
-    in `prompt_format` (default: the raw text; `bebop.data.prompting`).
+    in `prompt_format` (default: the raw text; `bebop.prompting`).
 
     Returns the completions and the engine's counters/timings (`spec/*` rates derived from the counters by
     the caller)."""

@@ -1,4 +1,4 @@
-"""train-mtp checkpoints: `{run_dir}/checkpoint.pt` (written atomically, as the RL trainer's: bebop.rl.resume) holding
+"""train-mtp checkpoints: `{run_dir}/checkpoint.pt` (written atomically by bebop.files, as the RL trainer's) holding
 the last completed step, the head, its optimizer, the batch-sampling generator's state and the config; a resumed run
 continues at step + 1 with the run log rewound to the checkpoint, so no step is repeated or skipped.
 
@@ -12,8 +12,8 @@ from dataclasses import asdict
 
 import torch
 
-from bebop.headtrain.config import TrainMTPConfig
-from bebop.rl.resume import load_checkpoint, save_checkpoint
+from bebop.files import load_checkpoint, save_checkpoint
+from bebop.heads.config import TrainMTPConfig
 
 FORMAT = "bebop-train-mtp-checkpoint-v1"
 KEYS = ("format", "step", "head", "optimizer", "generator", "config", "world_size")
@@ -44,7 +44,7 @@ def load(run_dir: str | os.PathLike, config: TrainMTPConfig) -> dict | None:
 
 def restore(state: dict, head: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> int:
     """Load `state` into the head, optimizer and generator; returns the step to continue at. Any number of processes
-    may resume it: every step trains on the same global batch (bebop.headtrain.step.train_step)."""
+    may resume it: every step trains on the same global batch (bebop.heads.step.train_step)."""
     head.load_state_dict(state["head"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])

@@ -12,16 +12,14 @@ counter is the real thing; only the numbers are simulated. The simulation follow
 - generation time follows the accept length (tokens per verify step over the cost of a verify step),
   so MTP runs are faster by roughly the theoretical speedup.
 
-    python -m bebop.runlog.synthetic runs/preview            # five finished runs of the paper's comparisons
-    python -m bebop.runlog.synthetic runs/preview --live 1   # ... plus one that grows by a step every second
+    bebop preview runs/preview            # five finished runs of the paper's comparisons
+    bebop preview runs/preview --live 1   # ... plus one that grows by a step every second
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,6 +28,7 @@ from bebop.losses import OBJECTIVES
 from bebop.metrics import ENTROPY_BIN_EDGES, SpecCounters
 from bebop.rl.config import MODES, MTP_STRATEGIES, ROLLOUTS
 from bebop.runlog import RunWriter
+from bebop.runlog.setup import rl_setup
 
 ROWS = 32  # rollouts decoded together per step
 _WORDS = [" Let", " x", " =", " 3", " +", " 4", " so", " the", " answer", " is", " 7", ".", " We", " add",
@@ -115,11 +114,10 @@ class SyntheticRun:
 
     @property
     def setup(self) -> dict:
-        """meta.json's setup keys, as a real RL run writes them (bebop.rl.trainer.rl_setup)."""
-        cfg, speculative = self.config, self.config.rollout != "none"
-        return {"task": cfg.task, "rollout": cfg.rollout, "mode": cfg.mode,
-                "mtp_objective": cfg.mtp_objective if speculative else None,
-                "mtp_strategy": cfg.mtp_strategy if speculative else None, "gamma": cfg.gamma if speculative else None}
+        """meta.json's setup keys, as a real RL run writes them."""
+        cfg = self.config
+        return rl_setup(task=cfg.task, rollout=cfg.rollout, mode=cfg.mode, mtp_objective=cfg.mtp_objective,
+                        mtp_strategy=cfg.mtp_strategy, gamma=cfg.gamma)
 
     @property
     def path(self) -> Path:
@@ -241,31 +239,3 @@ def write_synthetic_run(run_dir: str | Path, config: SyntheticConfig, *, state: 
 def write_preview_runs(root: str | Path, steps: int = 60) -> list[Path]:
     """The five runs of `preview_configs` under `root`, one directory each."""
     return [write_synthetic_run(Path(root) / cfg.name, cfg) for cfg in preview_configs(steps)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bebop.runlog.synthetic", description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", type=Path, help="directory to write the runs into (one sub-directory per run)")
-    parser.add_argument("--steps", type=int, default=60, help="steps per finished run (default 60)")
-    parser.add_argument("--live", type=float, default=None, metavar="SECONDS",
-                        help="also write a run 'live' that grows by one step every SECONDS until interrupted")
-    parser.add_argument("--live-steps", type=int, default=100_000, help="stop the live run after this many steps")
-    args = parser.parse_args(argv)
-    paths = write_preview_runs(args.root, args.steps)
-    print("wrote", ", ".join(str(p) for p in paths))
-    if args.live is None:
-        return 0
-    config = replace(preview_configs(args.live_steps)[3], name="live", seed=7)
-    with SyntheticRun(args.root / "live", config) as run:
-        print(f"growing {run.path} by one step every {args.live} s (Ctrl-C stops)", flush=True)
-        try:
-            while run.step < args.live_steps:
-                run.advance()
-                time.sleep(args.live)
-        except KeyboardInterrupt:
-            pass
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

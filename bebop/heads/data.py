@@ -9,15 +9,15 @@ from pathlib import Path
 
 import torch
 
+from bebop.completions import complete
 from bebop.data.batches import pad
-from bebop.data.completions import complete
-from bebop.data.prompting import dataset_config, job_prompt_format, prompt_ids
 from bebop.data.tasks import task_for
 from bebop.device import to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
-from bebop.headtrain.config import TrainMTPConfig
+from bebop.heads.config import TrainMTPConfig
 from bebop.models.transformer import Transformer
+from bebop.prompting import dataset_config, job_prompt_format, prompt_ids
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
 

@@ -1,4 +1,4 @@
-"""`TrainMTPConfig`: one pre-RL head training run (bebop.commands.train_mtp), validated up front."""
+"""`TrainMTPConfig`: one pre-RL head training run (bebop.heads.train), validated up front."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass
 
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
-from bebop.data.prompting import dataset_config
 from bebop.data.tasks import parse_tasks
 from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
+from bebop.prompting import dataset_config
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from bebop.completions import complete
 from bebop.data.batches import pad
-from bebop.data.completions import complete
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
-from bebop.headtrain.data import anchor_mask
+from bebop.heads.data import anchor_mask
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 from bebop.sampling import probs_from_logits

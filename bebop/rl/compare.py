@@ -1,0 +1,56 @@
+"""One GRPO job run under several rollout settings and summarised side by side (`bebop bench rl`, `bebop demo`).
+
+`run_once` runs a job to its end and returns its step records; `summarize` reduces them to what the comparison
+reports: step, generation and update seconds (medians over steady-state steps), reward, entropy, accept length and
+its drift, and, with gamma="auto", the depths the engine chose.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from bebop.metrics import derive, pool
+from bebop.rl.config import RLConfig
+
+
+def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True) -> list[dict]:
+    from bebop.rl.trainer import Trainer  # torch and the models: not for the CLIs' help texts
+
+    trainer = Trainer(config, default.model, default.tokenizer, head=default.heads[head] if head else None,
+                      run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
+    return trainer.run()
+
+
+def summarize(records: list[dict], skip: int = 1) -> dict:
+    """Medians of the per-step timings, means of reward/entropy, pooled spec rates.
+
+    Timings skip `skip` warm-up steps and the last step: in async mode the first step waits for a whole
+    generation and the last one has no next generation to overlap, so neither is a steady-state step."""
+    timed = records[skip:-1] or records[skip:] or records
+    out = {
+        "steps": len(records),
+        "step_s": statistics.median(r["timing_s/step"] for r in timed),
+        "gen_s": statistics.median(r["timing_s/gen"] for r in timed),
+        "update_s": statistics.median(r["timing_s/update_actor"] + r["timing_s/update_mtp"] for r in timed),
+        "overlap_s": statistics.median(r["timing_s/overlap"] for r in timed),
+        "reward_first": records[0]["critic/score/mean"],
+        "reward_mean": statistics.fmean(r["critic/score/mean"] for r in records),
+        "reward_last": records[-1]["critic/score/mean"],
+        "entropy": statistics.fmean(r["actor/entropy"] for r in records),
+        "response_length": statistics.fmean(r["response_length/mean"] for r in records),
+        "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),
+    }
+    if "spec/num_drafts" in records[0]:
+        quarter = max(1, len(records) // 4)
+        first, last = derive(pool(records[:quarter])), derive(pool(records[-quarter:]))
+        out["accept_length"] = derive(pool(records))["spec/accept_length"]
+        out["accept_length_first"] = first["spec/accept_length"]
+        out["accept_length_last"] = last["spec/accept_length"]
+        out["accept_length_drift"] = last["spec/accept_length"] / first["spec/accept_length"] - 1
+    chosen = {int(k.rsplit("/", 1)[1]): sum(r.get(k, 0) for r in records) for k in records[0]
+              if k.startswith("spec/num_gamma_chosen/")}
+    if sum(chosen.values()) > 0:  # gamma="auto": the engine steps' depths
+        out["gamma_mean"] = sum(g * n for g, n in chosen.items()) / sum(chosen.values())
+        out["gamma_mode"] = max(chosen, key=chosen.get)
+    return out
