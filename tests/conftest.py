@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 
 import pytest
 import torch
@@ -31,20 +32,12 @@ def pytest_configure(config: pytest.Config):
         torch.set_num_threads(1)
 
 
-# Modules whose tests `make test` may run on different workers: each test is its own process with nothing shared.
-SPREAD = {"test_notebooks"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
-    # `make test` hands tests to one worker per core (pytest-xdist, --dist loadgroup) in collection order, a module
-    # at a time (its module and session fixtures are built once), notebooks one by one. Modules with a slow test go
-    # first, so a long one does not start last and keep one worker busy while the other idles.
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: each module keeps its own order
-    for item in items:
-        if item.module.__name__ not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # `make test` hands whole modules to one worker per core (pytest-xdist, --dist loadfile: a module's fixtures are
+    # built once) in collection order. Modules with more slow tests go first, so that a long one does not start last
+    # and keep one worker busy while the other idles.
+    slow = Counter(item.module.__name__ for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.module.__name__])  # stable: each module keeps its own order
 
 
 @pytest.fixture(scope="session", autouse=True)

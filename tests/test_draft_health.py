@@ -57,8 +57,8 @@ def test_steps_without_drafts_are_skipped():
 
 
 class _CorruptingTrainer(Trainer):
-    """Randomises the head's weights in the update of step `at`: the rollouts of the steps after it draft with the
-    corrupted head (the snapshot refresh copies it), as after a weight sync gone wrong."""
+    """Randomises the draft the engine runs (the rollout backend's snapshot of the head) in the update of step `at`:
+    the rollouts of the steps after it draft with the corrupted head, as after a weight sync gone wrong."""
 
     at = 4
 
@@ -67,7 +67,7 @@ class _CorruptingTrainer(Trainer):
         self.updates = getattr(self, "updates", 0) + 1
         if self.updates == self.at + 1:
             with torch.no_grad():
-                for p in self.head.parameters():
+                for p in self.engine.head.parameters():
                     p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
         return result
 

@@ -83,6 +83,21 @@ def test_sweep_rows_and_token_records_match_the_counters(policy, tokenizer, tmp_
     assert {(f["head"], f["method"]) for f in fits} == {(h, m) for h in heads for m in config.methods}
 
 
+def test_complete_pools_counters_at_chosen_depths_and_skips_dtv_when_asked(policy, tokenizer):
+    """complete() with gamma="auto" returns the engine's counters pooled over the depths it chose (no error for the
+    string γ); a sweep without teacher forcing leaves d_TV undefined, not 0."""
+    model, heads = policy
+    task = get_task("math")
+    examples = task.sample(3, seed=1)
+    config = GenerationConfig(max_new_tokens=16, gamma="auto", max_gamma=3, seed=0)
+    done, stats = complete(Engine(model, heads["a"]), tokenizer, task, examples, config)
+    assert len(done) == 3 and stats["spec/gamma"] == 3 and stats["spec/num_drafts"] >= 0
+    rows = sweep(model, tokenizer, {"a": heads["a"]},
+                 EvalMTPConfig(heads=("a",), methods=("rs",), temperatures=(1.0,), num_prompts=2, max_new_tokens=8,
+                               teacher_forced=False), progress=False)
+    assert rows[0]["d_tv_mean"] != rows[0]["d_tv_mean"] and 0 <= rows[0]["acceptance_rate"] <= 1  # NaN
+
+
 def test_teacher_forced_dtv_is_zero_for_an_exact_draft(tokenizer):
     config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, **TINY_MODEL)
     model, head = self_draft_pair(config, seed=1)

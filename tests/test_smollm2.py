@@ -139,9 +139,11 @@ def test_the_real_profile_fills_only_options_left_out():
 
     parser = argparse.ArgumentParser()
     eval_mtp.add_arguments(parser)
-    args = apply_profile(parser.parse_args(["--profile", "real", "--num-prompts", "300", "--tasks", "math"]))
+    args = apply_profile(parser.parse_args(["--profile", "real", "--num-prompts", "300", "--tasks", "math",
+                                            "--threads", "1", "--max-new-tokens", "200"]))
     assert args.policy == policy.SMOLLM2 and args.heads == ["ce", "e2e_tv"] and args.gamma == 3
     assert args.num_prompts == 300 and args.tasks == ["math"]  # given, even when equal to the default
+    assert args.threads == 1 and args.max_new_tokens == 200  # numbers typed as their defaults win too
     assert args.temperatures == PROFILES["real"]["temperatures"]
-    plain = parser.parse_args([])
-    assert apply_profile(plain) is plain
+    plain = apply_profile(parser.parse_args([]))  # no profile: every default as it is
+    assert plain.policy is None and plain.threads == 1 and plain.num_prompts == 64 and plain.tasks == ["math"]

@@ -13,6 +13,8 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bebop.data.tokenizer import CharTokenizer  # noqa: E402
+from bebop.engine import generate  # noqa: E402
+from bebop.engine.depth import Choice, DepthController, row_bucket  # noqa: E402
 from bebop.models.config import ModelConfig  # noqa: E402
 from bebop.models.mtp import MTPHead  # noqa: E402
 from bebop.models.transformer import Transformer  # noqa: E402
@@ -21,6 +23,16 @@ from bebop.rl import RLConfig  # noqa: E402
 from bebop.runlog import load_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+class _Cycling(DepthController):
+    """The engine's controller with its choice replaced by a cycle through every depth, so the run drafts at each γ
+    whatever this machine's step costs say (which decide, on a random-init head, that plain decoding pays best)."""
+
+    def decide(self, rows: int) -> Choice:
+        self.turn = getattr(self, "turn", -1) + 1
+        gamma = self.turn % (self.config.max_gamma + 1)
+        return Choice(gamma, rows, row_bucket(rows), self.expected_accepted(gamma), self.cost(rows, gamma), False)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +46,9 @@ def root(tmp_path_factory) -> Path:
     model, head = Transformer(config), MTPHead(config)
     rl = RLConfig.tiny(steps=7, prompts_per_step=4, group_size=4, max_new_tokens=24, mode="sync", lr=1e-3,
                        gamma="auto", max_gamma=3)
-    _CorruptingTrainer(rl, model, tok, head=head, run_dir=root / "auto", task=Digits()).run()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generate, "DepthController", _Cycling)
+        _CorruptingTrainer(rl, model, tok, head=head, run_dir=root / "auto", task=Digits()).run()
     return root
 
 

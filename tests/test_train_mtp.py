@@ -16,7 +16,7 @@ from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import DATA_SEED, anchor_mask, generate_data
-from bebop.heads.train import train_mtp
+from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.models.checkpoint import load_head, save_head, save_pretrained
 from bebop.models.config import ModelConfig
@@ -161,7 +161,7 @@ def test_one_policy_loader_for_every_job(policy, tmp_path):
         load_policy(tmp_path / "bare", "tv")
     with pytest.raises(FileNotFoundError, match=r"head 'nope' is neither .*\['ce', 'e2e_tv'"):
         load_policy(None, "nope")  # the embedded default's shipped heads
-    fp32, _ = train_mtp_cmd.load_policy(None)  # train-mtp's view: the default in float32
+    fp32, _ = load_frozen_policy(None)  # train-mtp's view: the default in float32
     assert fp32.lm_head.weight.dtype == torch.float32
 
 

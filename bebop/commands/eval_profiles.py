@@ -21,22 +21,33 @@ PROFILES = {
 }
 
 
+class Untyped:
+    """An option's default, marked as not given on the command line (so a profile may fill it); `apply_profile`
+    unwraps it. It prints as the value, so help texts read as before."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
-    """Add --profile; call it after every option a profile sets, whose defaults it records."""
+    """Add --profile; call it after every option a profile sets, whose defaults it marks as untyped."""
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
                         help="named settings for the options left at their defaults: real = SmolLM2-135M-Instruct "
                              "(--policy smollm2) with its ce and e2e_tv heads, math and code, T = 0.5-2.0, sized "
                              "for a 2-core CPU (default: none)")
     keys = {k for profile in PROFILES.values() for k in profile}
-    parser.set_defaults(profile_defaults={k: parser.get_default(k) for k in keys})
+    parser.set_defaults(**{k: Untyped(parser.get_default(k)) for k in keys})
 
 
 def apply_profile(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with the profile's value for every option the command line did not give. An option left out holds its
-    default object itself, while one given holds a new one parsed from the text, even when equal to the default
-    (`--tasks math`), which is what tells them apart; a number typed as its default is the one exception, as Python
-    shares small ints, and it then takes the profile's value."""
-    if args.profile is None:
-        return args
-    chosen = {k: v for k, v in PROFILES[args.profile].items() if getattr(args, k) is args.profile_defaults[k]}
-    return argparse.Namespace(**{**vars(args), **chosen})
+    """`args` with the profile's value for every option the command line did not give (a typed value wins, even one
+    equal to the default), and every other untyped option's default."""
+    profile = PROFILES.get(args.profile, {})
+    values = {k: profile.get(k, v.value) for k, v in vars(args).items() if isinstance(v, Untyped)}
+    return argparse.Namespace(**{**vars(args), **values})

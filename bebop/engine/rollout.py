@@ -16,6 +16,8 @@ the tokens keep it; the text an environment or a reward sees is cut by `find_sto
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -100,6 +102,40 @@ class GenerationConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_prompts(prompts: list[list[int]], vocab: int) -> None:
+    """One line naming the first bad prompt: none at all, an empty one, or token ids outside [0, vocab)."""
+    if not prompts:
+        raise ValueError("prompts is empty: pass at least one prompt")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
+        bad = [t for t in prompt if not 0 <= int(t) < vocab]
+        if bad:
+            raise ValueError(f"prompts[{i}] has token ids out of range [0, {vocab}): {bad[:5]}")
+
+
+def check_request(prompts: list[list[int]], config: GenerationConfig, model_config, head) -> None:
+    """What `Engine.generate` refuses before any work: bad prompts, ids past the model's vocabulary, a request
+    longer than its positions, drafts without a head; a depth past the head's trained one only warns."""
+    vocab = model_config.vocab_size
+    check_prompts(prompts, vocab)
+    if config.vocab_limit is not None and config.vocab_limit > vocab:
+        raise ValueError(f"vocab_limit={config.vocab_limit} exceeds the model's vocabulary of {vocab} ids")
+    if any(not 0 <= t < vocab for t in config.stop_tokens):
+        raise ValueError(f"stop_tokens has ids out of range [0, {vocab}): {config.stop_tokens}")
+    need = max(len(p) for p in prompts) + config.max_new_tokens + config.depth + 1
+    if need > model_config.max_position_embeddings:
+        raise ValueError(f"longest prompt + max_new_tokens + gamma + 1 = {need} exceeds the model's "
+                         f"max_position_embeddings={model_config.max_position_embeddings}")
+    if config.depth > 0 and head is None:
+        raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs an MTP head; "
+                         "pass Engine(model, mtp) or use gamma=0 for plain decoding")
+    depth = getattr(head, "trained_depth", None)
+    if config.depth > 0 and depth is not None and config.depth > depth:
+        warnings.warn(f"gamma={config.depth} exceeds the head's trained depth {depth}: "
+                      "acceptance at the extra positions is untrained", stacklevel=4)
 
 
 @dataclass

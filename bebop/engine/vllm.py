@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder
+from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder, check_prompts
 from bebop.metrics import derive
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16": "bfloat16"}
@@ -244,11 +244,10 @@ class VLLMEngine:
         return out.build(self._stats(out, config, wall, rounds, before))
 
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts must be non-empty lists of token ids")
-        vocab = self.config.vocab_size
-        if any(not 0 <= int(t) < vocab for p in prompts for t in p):
-            raise ValueError(f"prompts have token ids out of range [0, {vocab})")
+        check_prompts(prompts, self.config.vocab_size)
+        if config.auto:
+            raise ValueError("gamma='auto' chooses each step's depth in bebop's engine; vLLM's speculative_config "
+                             "fixes it at start: pass an int gamma")
         if config.gamma > 0 and self.speculative is None:
             raise ValueError(f"gamma={config.gamma} drafts with an MTP head, which vLLM runs only through bebop's "
                              "vLLM plugin (a speculative_config); use gamma=0 for plain decoding")
