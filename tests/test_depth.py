@@ -114,7 +114,6 @@ def test_row_buckets():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(max_gamma=0), "max_gamma"), (dict(max_gamma=2, cost_window=0), "cost_window"),
     (dict(max_gamma=2, acceptance_decay=0.0), "acceptance_decay"), (dict(max_gamma=2, probe_every=-1), "probe_every"),
-    (dict(max_gamma=2, drop_after=-1), "drop_after"),
 ])
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -129,34 +128,3 @@ def test_bad_observations():
         controller.observe(1, 1, 1.0, [2])
     with pytest.raises(ValueError, match="rows"):
         controller.choose(0)
-
-
-@pytest.mark.parametrize("drop_after", [3, 0])
-def test_a_call_that_keeps_choosing_plain_stops_running_the_head(drop_after):
-    """Once γ = 0 has been chosen `drop_after` times in a row, the rest of the generate() call runs no head at all
-    (a γ = 0 step under "auto" still catches the head's cache up, so that the next step may draft): it decodes as
-    static plain decoding does, token for token from the same seed, and logs those steps as γ = 0."""
-    from test_engine import PROMPTS, _random_pair
-
-    from bebop.engine import Engine
-    from bebop.engine.rollout import GenerationConfig
-    from bebop.models.config import ModelConfig
-
-    model, head = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2), seed=1)
-    controller = DepthController(DepthConfig(max_gamma=2, drop_after=drop_after, probe_every=0))
-    for bucket in (4, 3, 2, 1):  # drafts measured as 100x a plain step and never accepted: γ = 0 is best
-        for gamma in (0, 1, 2):
-            for _ in range(2):
-                controller.observe(bucket, gamma, 100.0 if gamma else 1.0, [0] * bucket)
-    engine = Engine(model, head, depth=controller)
-    catch_ups = []
-    step = engine.catch_up_step
-    engine.catch_up_step = lambda *a, **k: catch_ups.append(1) or step(*a, **k)
-    config = GenerationConfig(max_new_tokens=12, gamma="auto", max_gamma=2, seed=3)
-    auto = engine.generate(PROMPTS, config)
-    plain = Engine(model).generate(PROMPTS, GenerationConfig(max_new_tokens=12, gamma=0, seed=3))
-    assert auto.tokens == plain.tokens and auto.stats["spec/num_gamma_chosen/0"] == auto.stats["num_steps"]
-    if drop_after:  # the head's cache kept only until it was dropped
-        assert len(catch_ups) == drop_after < auto.stats["num_steps"]
-    else:  # kept at every step with rows left to advance (the last one retires them all)
-        assert len(catch_ups) >= auto.stats["num_steps"] - 1

@@ -346,8 +346,8 @@ class _Scripted(DepthController):
         gamma = self.rule(self.history)
         return Choice(gamma, rows, rows, self.expected_accepted(gamma), math.nan, False)
 
-    def observe(self, rows, gamma, seconds, num_accepted, **kwargs) -> None:
-        super().observe(rows, gamma, seconds, num_accepted, **kwargs)
+    def observe(self, rows, gamma, seconds, num_accepted) -> None:
+        super().observe(rows, gamma, seconds, num_accepted)
         self.history.append((gamma, list(num_accepted)))
 
 
@@ -428,13 +428,10 @@ def _bad_head(config: ModelConfig) -> tuple[Transformer, MTPHead]:
 class _StepCosts(DepthController):
     """The engine's controller with a step-cost model in place of the wall clock, so the decision under test does
     not hang on the load of a shared machine (the benchmarks time real steps): a draft token costs a quarter of a
-    plain step, of which keeping the head's cache is a tenth; verification is free."""
+    plain step; verification is free."""
 
-    def observe(self, rows, gamma, seconds, num_accepted, **kwargs) -> None:
-        super().observe(rows, gamma, 1.0 + 0.25 * gamma, num_accepted, head_upkeep=0.0 if gamma else 0.1)
-
-    def observe_headless(self, rows, seconds) -> None:
-        super().observe_headless(rows, 0.9)
+    def observe(self, rows, gamma, seconds, num_accepted) -> None:
+        super().observe(rows, gamma, 1.0 + 0.25 * gamma, num_accepted)
 
 
 def _chosen_after_learning(model, head, prompts, max_new_tokens: int) -> tuple[list[int], DepthController]:

@@ -17,12 +17,6 @@ none is a constant of the machine:
                 (another process got the cores) and one such step must not price a depth out for good. A cell's
                 first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
 
-Plain decoding has two prices. A γ = 0 step under "auto" still catches the head's cache up, so that the next step
-may draft; once γ = 0 has been chosen `drop_after` times in a row, the call drops the head and decodes plainly for
-its remaining steps, at the cost of a plain step without the head (`headless_cost`, measured as the γ = 0 steps'
-seconds less their head upkeep, and on the dropped steps themselves). The argmax prices γ = 0 at that cost, so
-drafting must beat plain decoding as it would run without a head at all, not merely its own γ = 0 steps.
-
 Exploration. A γ never measured at any rows is worth +inf, so every γ is tried once (the first steps). A bucket
 with nothing measured yet starts at the depth the nearest measured bucket finds best. A cell not
 yet measured at this bucket is estimated from the nearest bucket that measured both it and a γ measured here,
@@ -68,10 +62,6 @@ class DepthConfig:
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
     probe_every: int = 16  # every n-th step of a bucket re-measures its stalest depth (0: never)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
-    # After this many γ = 0 decisions in a row (probes aside) a generate() call stops keeping the head's cache, which
-    # even a plain step under "auto" updates so that the next step may draft: plain decoding for the rest of the call
-    # (the controller still decides, and probes, at the start of the next one). 0: never.
-    drop_after: int = 4
 
     def __post_init__(self) -> None:
         if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
@@ -82,8 +72,6 @@ class DepthConfig:
             raise ValueError(f"acceptance_decay must be in (0, 1], got {self.acceptance_decay}")
         if isinstance(self.probe_every, bool) or not isinstance(self.probe_every, int) or self.probe_every < 0:
             raise ValueError(f"probe_every must be an int >= 0, got {self.probe_every!r}")
-        if isinstance(self.drop_after, bool) or not isinstance(self.drop_after, int) or self.drop_after < 0:
-            raise ValueError(f"drop_after must be an int >= 0, got {self.drop_after!r}")
         if not self.prior_weight > 0:
             raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
 
@@ -119,14 +107,13 @@ class DepthController:
     _reached: list[float] = field(init=False)
     _accepted: list[float] = field(init=False)
     _cells: dict[tuple[int, int], _Cell] = field(init=False)
-    _headless: dict[int, _Cell] = field(init=False)  # per rows bucket: a plain step without the head's cache upkeep
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
 
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
-        self._cells, self._steps, self._headless = {}, {}, {}
+        self._cells, self._steps = {}, {}
 
     @property
     def max_gamma(self) -> int:
@@ -170,21 +157,8 @@ class DepthController:
                 return self._cells[bucket, ref].seconds * ratio
         return math.nan
 
-    def headless_cost(self, rows: int) -> float:
-        """Seconds of a plain step that keeps no head cache (what γ = 0 costs once a call drops the head): measured
-        at this bucket, else scaled from the nearest bucket by its ratio to γ = 0 there, else nan."""
-        bucket = row_bucket(rows)
-        if bucket in self._headless:
-            return self._headless[bucket].seconds
-        for other in sorted(self._headless, key=lambda b: (abs(math.log(b / bucket)), b)):
-            if (other, 0) in self._cells:
-                return self.cost(rows, 0) * self._headless[other].seconds / self._cells[other, 0].seconds
-        return math.nan
-
     def _value(self, rows: int, gamma: int) -> float:
-        # γ = 0 chosen for long enough drops the head for the rest of the call: priced without its cache upkeep
-        cost = self.cost(rows, gamma) if gamma or not math.isfinite(self.headless_cost(rows)) else \
-            self.headless_cost(rows)
+        cost = self.cost(rows, gamma)
         if math.isinf(cost):
             return math.inf
         return (1.0 + self.expected_accepted(gamma)) / cost if cost > 0 else math.inf
@@ -211,11 +185,6 @@ class DepthController:
             best = min(range(k + 1), key=lambda g: (self._last(bucket, g), g))
         return self._choice(rows, best, probe=unmeasured or probe_now)
 
-    def plain_choice(self, rows: int) -> Choice:
-        """A plain step after a call dropped the head (`drop_after`): logged as γ = 0 (its cost is learnt by
-        `observe_headless`, apart from the γ = 0 cells, whose steps keep the head's cache)."""
-        return Choice(0, rows, row_bucket(rows), 0.0, math.nan, probe=False)
-
     def _last(self, bucket: int, gamma: int) -> int:
         cell = self._cells.get((bucket, gamma))
         return -1 if cell is None else cell.last
@@ -224,21 +193,21 @@ class DepthController:
         return Choice(gamma, rows, row_bucket(rows), self.expected_accepted(gamma), self.cost(rows, gamma), probe)
 
     # ---- learning -----------------------------------------------------------------------------------
-    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int], *,
-                head_upkeep: float = 0.0) -> None:
+    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int]) -> None:
         """Learn from one finished step: `rows` rows at depth γ took `seconds`; row b accepted num_accepted[b] of
-        its γ drafts (so it reached positions 0..min(n_b, γ-1) and had 0..n_b-1 accepted). A γ = 0 step's
-        `head_upkeep` is the part of its seconds spent keeping the head's cache (its catch-up): without it, the
-        step is what a plain step costs once the head is dropped (`headless_cost`)."""
+        its γ drafts (so it reached positions 0..min(n_b, γ-1) and had 0..n_b-1 accepted)."""
         if not 0 <= gamma <= self.config.max_gamma:
             raise ValueError(f"gamma must lie in 0..{self.config.max_gamma}, got {gamma}")
-        if not seconds >= head_upkeep >= 0:
-            raise ValueError(f"need seconds >= head_upkeep >= 0, got {seconds} and {head_upkeep}")
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
+        cell.count += 1
         self._observed += 1
-        self._measure(self._cells.setdefault((row_bucket(rows), gamma), self._new_cell()), seconds)
+        cell.last = self._observed
+        if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
+            cell.recent.clear()  # stands in until a second is measured
+        cell.recent.append(seconds)
         if gamma == 0:
-            if head_upkeep > 0:
-                self.observe_headless(rows, seconds - head_upkeep)
             return
         decay = self.config.acceptance_decay
         for i in range(self.config.max_gamma):
@@ -250,21 +219,6 @@ class DepthController:
             for i in range(min(n + 1, gamma)):
                 self._reached[i] += 1.0
                 self._accepted[i] += 1.0 if i < n else 0.0
-
-    def observe_headless(self, rows: int, seconds: float) -> None:
-        """Learn the seconds of a plain step without the head (after a call dropped it, or a γ = 0 step's own less
-        its head upkeep)."""
-        self._measure(self._headless.setdefault(row_bucket(rows), self._new_cell()), seconds)
-
-    def _new_cell(self) -> _Cell:
-        return _Cell(deque(maxlen=self.config.cost_window))
-
-    def _measure(self, cell: _Cell, seconds: float) -> None:
-        cell.count += 1
-        cell.last = self._observed
-        if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
-            cell.recent.clear()  # stands in until a second is measured
-        cell.recent.append(seconds)
 
     def cost_table(self) -> dict[tuple[int, int], float]:
         """The measured cells {(rows bucket, γ): seconds per step} (moving medians)."""

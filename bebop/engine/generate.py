@@ -58,27 +58,28 @@ def _graphed(fn):
 class Engine:
     """Generation for a target `model` with an optional MTP draft head `mtp`.
 
-    compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with
-    its sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs
-    with dynamic shapes (on CPU with inductor's C++ wrapper): a few graphs per phase serve every batch size, cache
-    length, prompt width and gamma (row buckets start at 2, since torch specialises sizes 0 and 1; plain steps, with
-    no drafts, get their own). The first steps pay the compilation (cached on disk by inductor for later processes;
-    its cost is in README's Benchmarks): worth it for long generation, not for a few short calls. After that a step's
-    hundreds of small ops run as a few fused kernels, which on CPU is most of a small model's step time. The
-    randomness comes in as uniforms drawn from the engine's generator, so from the same seed the compiled engine draws
-    what the eager one draws. Parameters stay graph inputs (no freezing), so a policy that an optimiser updates in
-    place is sampled as updated.
+    compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with its
+    sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs with
+    dynamic shapes (on CPU with inductor's C++ wrapper): a few graphs per phase serve every batch size, cache
+    length, prompt width and gamma (row buckets start at 2, since torch specialises sizes 0 and 1; plain steps,
+    with no drafts, get their own).
+    The first steps pay the compilation (cached on disk by inductor for later processes; its cost is in README's
+    Benchmarks): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
+    run as a few fused kernels, which on CPU is most of a small model's step time. The randomness comes in as
+    uniforms drawn from the engine's generator, so from the same seed the compiled engine draws what the eager one
+    draws. Parameters stay graph inputs (no freezing), so a policy that an optimiser updates in place is sampled
+    as updated.
 
     On CUDA, compile=True also runs each step phase as CUDA graphs (mode="reduce-overhead"): a step of a small or
-    mid-sized model is otherwise bound by launching hundreds of kernels from Python, not by the GPU. A graph replays
-    fixed shapes at fixed addresses, so the engine keeps both fixed (bebop.engine.buckets): rows padded up to a few
-    batch sizes (finished rows stay as padding until the survivors fit a smaller size), attended slots rounded up, and
-    KV caches that persist across steps and calls (`CachePool`, marked static because the graphs write into them). The
-    graphs' outputs are cloned as they come out, because a later replay reuses their memory. Prefill keeps dynamic
-    shapes without graphs (a graph per prompt width would rarely be replayed). The host tables (row indices, prompt
-    feeds) go up from pinned memory without blocking, and the one table that comes back per step is the step's only
-    host sync (marked HOST SYNC; bebop.engine.transfer). `buckets` overrides the padding (default: `Buckets()` for
-    CUDA graphs, else `Buckets.exact()`); it changes no row's output.
+    mid-sized model is otherwise bound by launching hundreds of kernels from Python, not by the GPU. A graph
+    replays fixed shapes at fixed addresses, so the engine keeps both fixed (bebop.engine.buckets): rows padded up
+    to a few batch sizes (finished rows stay as padding until the survivors fit a smaller size), attended slots
+    rounded up, and KV caches that persist across steps and calls (`CachePool`, marked static because the graphs
+    write into them). The graphs' outputs are cloned as they come out, because a later replay reuses their memory.
+    Prefill keeps dynamic shapes without graphs (a graph per prompt width would rarely be replayed). The host
+    tables (row indices, prompt feeds) go up from pinned memory without blocking, and the one table that comes
+    back per step is the step's only host sync (marked HOST SYNC; bebop.engine.transfer). `buckets` overrides
+    the padding (default: `Buckets()` for CUDA graphs, else `Buckets.exact()`); it changes no row's output.
     """
 
     # Every rollout token's entropy comes with the rollout (the trainer measures it itself where an engine's
@@ -146,27 +147,18 @@ class Engine:
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
-            steps = row_steps = plain_run = 0
+            steps = row_steps = 0
             while batch.rows:
                 steps += 1
                 row_steps += len(batch.rows)
                 if controller is None:
                     self._step(batch, config.gamma, config, generator, out, verdicts, timing)
                     continue
-                rows = len(batch.rows)
-                if batch.draft_cache is None:  # the head dropped for the rest of this call (`drop_after`)
-                    seconds = self._step(batch, 0, config, generator, out, verdicts, timing)[0]
-                    controller.observe_headless(rows, seconds)
-                    choices.append((controller.plain_choice(rows), seconds))
-                    continue
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
-                choice = controller.decide(rows)
-                seconds, accepted, upkeep = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
-                controller.observe(rows, choice.gamma, seconds, accepted, head_upkeep=upkeep)
+                rows, choice = len(batch.rows), controller.decide(len(batch.rows))
+                seconds, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
+                controller.observe(rows, choice.gamma, seconds, accepted)
                 choices.append((choice, seconds))
-                plain_run = plain_run + 1 if choice.gamma == 0 and not choice.probe else 0
-                if plain_run == controller.config.drop_after > 0:  # drafting has not paid for a while: this call
-                    batch.draft_cache = batch.draft_hidden = batch.draft_logits = None  # stops keeping the head's cache
         wall = time.perf_counter() - start
         stats = self._stats(out, verdicts, timing, wall, (steps, row_steps), config)
         if controller is not None:
@@ -174,14 +166,15 @@ class Engine:
         return out.build(stats)
 
     def _controller(self, config: GenerationConfig) -> DepthController:
-        if self._fixed_depth and self.depth.max_gamma != config.max_gamma:
-            raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
-                             f"config.max_gamma is {config.max_gamma}")
-        if not self._fixed_depth:
-            key = (config.max_gamma, config.method)
-            if key not in self._depths:
-                self._depths[key] = DepthController(DepthConfig(config.max_gamma))
-            self.depth = self._depths[key]
+        if self._fixed_depth:
+            if self.depth.max_gamma != config.max_gamma:
+                raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
+                                 f"config.max_gamma is {config.max_gamma}")
+            return self.depth
+        key = (config.max_gamma, config.method)
+        if key not in self._depths:
+            self._depths[key] = DepthController(DepthConfig(config.max_gamma))
+        self.depth = self._depths[key]
         return self.depth
 
     # ----------------------------------------------------------------------------------------------
@@ -265,10 +258,9 @@ class Engine:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
     def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
-              timing) -> tuple[float, list[int], float]:
-        """One decoding step at depth `gamma`. Returns its seconds (before any env feed), each row's accepted count
-        and, for a plain step that kept the head's cache, the seconds of that upkeep: what the depth controller
-        learns from (on a GPU the upkeep is its launch time, its device time lands in the next step's sync)."""
+              timing) -> tuple[float, list[int]]:
+        """One decoding step at depth `gamma`. Returns its seconds (before any env feed) and each row's accepted
+        count: what the depth controller learns from."""
         sampling = config.sampling
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0 = time.perf_counter()
@@ -305,12 +297,10 @@ class Engine:
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))
-        ta = time.perf_counter()
         if batch.rows:
             accepted_host = [results[i].num_accepted for i in keep]
             self._advance(batch, gamma, num_accepted, accepted_host, next_token, emitted, hidden, config)
         seconds = time.perf_counter() - t0
-        upkeep = seconds - (ta - t0) if gamma == 0 and batch.draft_cache is not None else 0.0  # the head's catch-up
         if parked:
             self._settle(batch, parked, config, generator, out)
         self._sync(config)
@@ -318,7 +308,7 @@ class Engine:
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
-        return seconds, [r.num_accepted for r in results], upkeep
+        return seconds, [r.num_accepted for r in results]
 
     def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
