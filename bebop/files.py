@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 CHECKPOINT = "checkpoint.pt"  # a job's checkpoint inside its run directory
 
 
@@ -62,6 +60,8 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any], *, format
     missing = [k for k in keys if k != "format" and k not in state]
     if missing:
         raise ValueError(f"checkpoint state is missing {missing}")
+    import torch  # here, not at the top: run logs and the dashboard read JSON through this module without torch
+
     path = checkpoint_path(run_dir)
     with atomic_open(path) as f:
         torch.save({**state, "format": format}, f)
@@ -74,6 +74,8 @@ def load_checkpoint(run_dir: str | os.PathLike, *, format: str,
     path = checkpoint_path(run_dir)
     if not path.exists():
         return None
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:

@@ -316,6 +316,14 @@ def test_writers_do_not_import_pandas(code):
     assert out.returncode == 0, out.stderr
 
 
+def test_run_logs_and_files_do_not_import_torch():
+    """Writing and reading a run directory (and bebop.files' atomic JSON under it) loads no torch: the dashboard
+    and a job's help text start without it; only a checkpoint's save or load imports it."""
+    code = "import bebop.runlog.read, bebop.files, sys; assert 'torch' not in sys.modules"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 def test_the_setup_schema_has_one_writer():
     """meta.json's setup keys are spelled as dict keys in bebop.runlog.setup only: the jobs write them through
     `setup_keys` / `rl_setup`, so a job cannot drift from what the dashboard reads (the app's column titles aside)."""

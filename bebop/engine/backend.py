@@ -24,6 +24,7 @@ from bebop.engine.generate import Engine
 from bebop.engine.rollout import Env, GenerationConfig, Rollout
 from bebop.models.config import ModelConfig
 
+
 class RolloutBackend(Protocol):
     config: ModelConfig
     full_logprobs: bool
