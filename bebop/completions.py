@@ -26,6 +26,7 @@ class Completion:
 
     tokens: list[int]  # completion tokens after the prompt
     policy: list[bool]  # per token: True where the policy wrote it, False for an environment reply
+    text: str  # the completion as a reward reads it: environment replies included, the final stop not
     entropy: list[float]  # target entropy H(p) at each policy token, in order
     origin: list[str]  # engine origin of each policy token ("plain" | "accepted" | "recovered" | "bonus")
 
@@ -40,8 +41,9 @@ def complete(engine: Engine, tokenizer: Tokenizer, task: Task, examples: Sequenc
     played = run_task(engine, task, tokenizer, examples, config, prompt_format=prompt_format)
     rollout, config = played.rollout, played.config
     done = []
-    for tokens, mask, entropy, origin in zip(rollout.tokens, rollout.policy_mask, rollout.entropy, rollout.origin):
-        done.append(Completion(list(tokens), list(mask), [h for h, m in zip(entropy, mask) if m],
+    for tokens, mask, text, entropy, origin in zip(rollout.tokens, rollout.policy_mask, played.texts, rollout.entropy,
+                                                   rollout.origin):
+        done.append(Completion(list(tokens), list(mask), text, [h for h, m in zip(entropy, mask) if m],
                                [o for o, m in zip(origin, mask) if m]))
     totals = {k: rollout.stats[k] for k in ("num_generated_tokens", "wall_time_s")}
     if config.depth > 0:  # a static depth, or gamma="auto" (the engine's counters pool its steps' depths)

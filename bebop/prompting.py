@@ -3,14 +3,13 @@
     prompts = prompt_ids(tokenizer, examples, prompt_format)          # raw text, or the chat template's layout
     config  = for_task(config, task, tokenizer, model_vocab)          # + the task's stops, + vocab_limit
     rollout = engine.generate(prompts, config, env=make_env(...), decode=tokenizer.decode)
-    texts   = [completion_text(tokenizer, tokens, reason, config)]    # what rewards see
+    texts   = [text_before(tokenizer.decode, tokens, stop)]           # what rewards see
 
-Stops. A task names its stops as text (`task.stop_strings`; "<eos>" is the tokenizer's EOS). Those that are one
-token become engine stop ids; the rest are matched on decoded text (`bebop.engine.rollout`), so "</call>" works
-whether a tokenizer has it as one token or three. Either way a row's tokens run through the token that completes
-the stop. The environment of a multi-turn task reads the completion through the stop string's end
-(`transcript_text`); a reward reads it without the stop that ended the row (`completion_text`): "answer: 7" and
-not "answer: 7<|im_end|>". Stops the environment answered stay in the text: they are part of the transcript.
+Stops. A task names its stops as text (`task.stop_strings`; "<eos>" is the tokenizer's EOS); `for_task` hands them
+to the engine, which decides each stop once (`bebop.engine.stops`), so "</call>" works whether a tokenizer has it as
+one token or three. The environment of a multi-turn task reads the completion through the stop's end; a reward
+reads it without the stop that ended the row. Stops the environment answered stay in the text: they are part of
+the transcript.
 
 Padding ids. A checkpoint may have more embedding rows than its tokenizer has tokens; `for_task` sets the
 config's `vocab_limit` to the tokenizer's size so the engine never samples an id that decodes to nothing.
@@ -25,7 +24,8 @@ from typing import Sequence
 from bebop.data.prompt_options import CHAT_MODES
 from bebop.data.tasks import DatasetConfig, Example, Task
 from bebop.data.tokenizer import Tokenizer
-from bebop.engine.rollout import Env, GenerationConfig, Rollout, find_stop
+from bebop.engine.rollout import Env, GenerationConfig, Rollout
+from bebop.engine.stops import Stop, split_stops, text_before, text_through
 
 
 @dataclass(frozen=True)
@@ -82,49 +82,20 @@ def vocab_limit(tokenizer: Tokenizer, model_vocab: int) -> int | None:
 
 def for_task(config: GenerationConfig, task: Task, tokenizer: Tokenizer, model_vocab: int) -> GenerationConfig:
     """`config` plus the task's stops (ids and multi-token strings) and the tokenizer's vocab_limit."""
-    ids, strings = tokenizer.stops(task.stop_strings)
+    ids, strings = split_stops(task.stop_strings, tokenizer.encode, tokenizer.eos_id)
     return dataclasses.replace(config, stop_tokens=tuple(dict.fromkeys(config.stop_tokens + ids)),
                                stop_strings=tuple(dict.fromkeys(config.stop_strings + strings)),
                                vocab_limit=vocab_limit(tokenizer, model_vocab))
 
 
-def _final_stop(tokenizer: Tokenizer, tokens: list[int], config: GenerationConfig) -> tuple[str, tuple[int, int]]:
-    """(the decoded tokens, (start, end) of the stop their last token completes, or (len, len) if none)."""
-    text = tokenizer.decode(tokens)
-    if not tokens:
-        return text, (0, 0)
-    if tokens[-1] in config.stop_tokens:
-        start = len(tokenizer.decode(tokens[:-1]))
-        return text, (start, len(text))
-    if config.stop_strings:
-        match = find_stop(text, config.stop_strings, len(tokenizer.decode(tokens[:-1])))
-        if match is not None:
-            return text, match
-    return text, (len(text), len(text))
-
-
-def completion_text(tokenizer: Tokenizer, tokens: list[int], finish_reason: str, config: GenerationConfig) -> str:
-    """The text a reward sees: the completion decoded, without the stop that ended it (finish_reason "stop")."""
-    if finish_reason != "stop":
-        return tokenizer.decode(tokens)
-    text, (start, _) = _final_stop(tokenizer, tokens, config)
-    return text[:start]
-
-
-def transcript_text(tokenizer: Tokenizer, tokens: list[int], config: GenerationConfig) -> str:
-    """The text an environment sees: the completion so far, through the end of the stop it ends with."""
-    text, (_, end) = _final_stop(tokenizer, tokens, config)
-    return text[:end]
-
-
-def make_env(task: Task, tokenizer: Tokenizer, examples: Sequence[Example], config: GenerationConfig) -> Env | None:
+def make_env(task: Task, tokenizer: Tokenizer, examples: Sequence[Example]) -> Env | None:
     """The engine's env callback for a multi-turn task (None for single-turn tasks): row i's transcript so far is
     answered by the task's environment, whose reply continues from the cached prefix."""
     if getattr(task, "env", None) is None:
         return None
 
-    def env(row: int, tokens: list[int]) -> list[int] | None:
-        reply = task.env.respond(examples[row], transcript_text(tokenizer, tokens, config))
+    def env(row: int, tokens: list[int], stop: Stop) -> list[int] | None:
+        reply = task.env.respond(examples[row], text_through(tokenizer.decode, tokens, stop))
         return None if reply is None else tokenizer.encode(reply)
 
     return env
@@ -143,7 +114,7 @@ def run_task(engine, task: Task, tokenizer: Tokenizer, examples: Sequence[Exampl
     """Prompt, generate (multi-turn for tasks with an environment) and decode every example."""
     prompts = prompt_ids(tokenizer, examples, prompt_format)
     config = for_task(config, task, tokenizer, engine.config.vocab_size)
-    rollout = engine.generate(prompts, config, env=make_env(task, tokenizer, examples, config),
+    rollout = engine.generate(prompts, config, env=make_env(task, tokenizer, examples),
                               decode=tokenizer.decode)
-    texts = [completion_text(tokenizer, t, r, config) for t, r in zip(rollout.tokens, rollout.finish_reason)]
+    texts = [text_before(tokenizer.decode, t, stop) for t, stop in zip(rollout.tokens, rollout.stops)]
     return TaskRollout(prompts, rollout, texts, config)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bebop import tasks
-from bebop.data.tasks import DatasetConfig, DatasetTask, parse_tasks
+from bebop.data.tasks import DatasetConfig, DatasetTask, build_tasks, check_task_names
 from bebop.data.tasks.answers import final_answer, gold_answer, math_reward, math_rewards
 from bebop.rl.config import RLConfig
 
@@ -142,16 +142,21 @@ def test_misuse_is_one_clear_line(tmp_path, sources):
         DatasetConfig(prompt_key="")
 
 
-def test_parse_tasks_accepts_specs_and_checks_them_early(sources, tmp_path):
-    assert parse_tasks(["math", sources["jsonl"], sources["disk"]]) == ("math", sources["jsonl"], sources["disk"])
+def test_task_names_are_checked_without_reading_and_built_once(sources, tmp_path):
+    missing = "jsonl:" + str(tmp_path / "missing.jsonl")
+    assert check_task_names(["math", sources["jsonl"], missing]) == ("math", sources["jsonl"], missing)  # no read
+    built = build_tasks(["math", sources["jsonl"], sources["disk"]])
+    assert list(built) == ["math", sources["jsonl"], sources["disk"]]
+    assert len(built[sources["jsonl"]]) == len(ROWS) and built["math"].name == "math"
     with pytest.raises(ValueError, match="no prompt column 'problem'"):
-        parse_tasks(["math", sources["parquet"]], DatasetConfig(prompt_key="problem"))
+        build_tasks(["math", sources["parquet"]], DatasetConfig(prompt_key="problem"))
     with pytest.raises(ValueError, match="no such file"):
-        parse_tasks(["jsonl:" + str(tmp_path / "missing.jsonl")])
-    with pytest.raises(ValueError, match="unknown task"):
-        parse_tasks(["math", "chess"])
-    with pytest.raises(ValueError, match="no task given"):
-        parse_tasks([])
+        build_tasks([missing])
+    for check in (check_task_names, build_tasks):
+        with pytest.raises(ValueError, match="unknown task"):
+            check(["math", "chess"])
+        with pytest.raises(ValueError, match="no task given"):
+            check([])
     assert RLConfig(task=sources["jsonl"]).task == sources["jsonl"] and RLConfig(task=sources["disk"]).task
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         RLConfig(task="chess")

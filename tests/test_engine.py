@@ -274,7 +274,7 @@ def _stop_on(reply: list[int], turns: int):
     """An env that answers the first `turns` stops of each row with `reply`."""
     seen: dict[int, int] = {}
 
-    def env(row: int, tokens: list[int]):
+    def env(row: int, tokens: list[int], stop):
         seen[row] = seen.get(row, 0) + 1
         return reply if seen[row] <= turns else None
 
@@ -311,7 +311,7 @@ def test_env_reply_out_of_range_is_a_clear_error(tiny_pair):
     model, head = tiny_pair
     config = GenerationConfig(max_new_tokens=8, gamma=0, temperature=0, stop_tokens=tuple(range(64)))
     with pytest.raises(ValueError, match="env reply"):
-        Engine(model).generate([[1, 2]], config, env=lambda row, tokens: [999])
+        Engine(model).generate([[1, 2]], config, env=lambda row, tokens, stop: [999])
 
 
 @pytest.mark.parametrize("gamma", [0, 2])
@@ -320,7 +320,7 @@ def test_env_replies_of_different_lengths_at_different_positions(tiny_pair, gamm
     model, head = tiny_pair
     calls: dict[int, int] = {}
 
-    def env(row: int, tokens: list[int]):
+    def env(row: int, tokens: list[int], stop):
         calls[row] = calls.get(row, 0) + 1
         if row == 0:
             return [5, 5]  # row 0 runs ahead: 3 tokens a turn against row 1's 2

@@ -48,7 +48,7 @@ def policy(tokenizer):
 
 
 def test_token_records_follow_engine_origins():
-    c = Completion(tokens=list(range(9)), policy=[True] * 9, entropy=[0.1 * i for i in range(9)],
+    c = Completion(tokens=list(range(9)), policy=[True] * 9, text="", entropy=[0.1 * i for i in range(9)],
                    origin=["plain", "accepted", "accepted", "recovered", "accepted", "accepted", "accepted", "bonus",
                            "recovered"])
     records = token_records([c], head="h", method="rs", temperature=1.0)

@@ -13,9 +13,11 @@ import torch
 
 from bebop.cli import main
 from bebop.data import tasks
+from bebop.data.tasks import dataset
 from bebop.data.tokenizer import load_tokenizer
 from bebop.engine import GenerationConfig
-from bebop.prompting import completion_text, for_task
+from bebop.engine.stops import StopMatcher, text_before
+from bebop.prompting import for_task
 from bebop.runlog import list_runs, load_run
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bebop" / "assets" / "data" / "gsm8k_sample.jsonl"
@@ -30,17 +32,36 @@ def policy(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pipeline(policy, tmp_path_factory) -> Path:
+def dataset_reads() -> dict[str, list[str]]:
+    """The dataset specs each command of `pipeline` read from disk, in order (filled by `pipeline`)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def pipeline(policy, tmp_path_factory, dataset_reads) -> Path:
     """The README's three commands, at the smallest settings that still exercise every path."""
     runs = tmp_path_factory.mktemp("runs")
-    assert main(["train-mtp", "--policy", str(policy), "--tasks", DATA, "agent", "--num-sequences", "8",
-                 "--max-new-tokens", "24", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--depth", "3",
-                 "--out", str(policy / "heads" / "mine"), "--run-dir", str(runs / "train")]) == 0
-    assert main(["eval-mtp", "--policy", str(policy), "--heads", "mine", "--tasks", DATA, "--temperatures", "1.0",
-                 "--num-prompts", "4", "--max-new-tokens", "24", "--run-dir", str(runs / "eval")]) == 0
-    assert main(["rl", "--policy", str(policy), "--head", "mine", "--task", DATA, "--steps", "2",
-                 "--out", str(runs / "rl"), "--no-progress"]) == 0
+    commands = {
+        "train-mtp": ["train-mtp", "--policy", str(policy), "--tasks", DATA, "agent", "--num-sequences", "8",
+                      "--max-new-tokens", "24", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--depth",
+                      "3", "--out", str(policy / "heads" / "mine"), "--run-dir", str(runs / "train")],
+        "eval-mtp": ["eval-mtp", "--policy", str(policy), "--heads", "mine", "--tasks", DATA, "--temperatures", "1.0",
+                     "--num-prompts", "4", "--max-new-tokens", "24", "--run-dir", str(runs / "eval")],
+        "rl": ["rl", "--policy", str(policy), "--head", "mine", "--task", DATA, "--steps", "2",
+               "--out", str(runs / "rl"), "--no-progress"],
+    }
+    read = dataset.read_rows
+    for name, argv in commands.items():
+        seen = dataset_reads.setdefault(name, [])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(dataset, "read_rows", lambda spec, config: seen.append(spec) or read(spec, config))
+            assert main(argv) == 0
     return runs
+
+
+def test_each_command_reads_its_dataset_once(pipeline, dataset_reads):
+    """Configs check task names only; the command builds its tasks once, before the policy loads, and hands them on."""
+    assert dataset_reads == {"train-mtp": [DATA], "eval-mtp": [DATA], "rl": [DATA]}
 
 
 def test_the_pipeline_runs_on_a_users_checkpoint_and_writes_runs_the_dashboard_reads(pipeline, policy):
@@ -58,7 +79,9 @@ def _planted(tokenizer, task, text: str) -> str:
     """What a reward sees for a completion that wrote `text` and then the tokenizer's real EOS."""
     config = for_task(GenerationConfig(max_new_tokens=64), task, tokenizer, model_vocab=tokenizer.vocab_size + 64)
     tokens = tokenizer.encode(text) + [tokenizer.eos_id]
-    return completion_text(tokenizer, tokens, "stop", config)
+    stop_at, stop = StopMatcher(config.stop_tokens, config.stop_strings, tokenizer.decode).first([], tokens)
+    assert stop_at == len(tokens) - 1
+    return text_before(tokenizer.decode, tokens, stop)
 
 
 def test_planted_completions_ending_in_the_real_eos_are_scored_right(policy):

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
+from bebop.completions import complete
 from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
-from bebop.engine.rollout import RolloutBuilder, find_stop
-from bebop.prompting import completion_text, transcript_text
+from bebop.engine.rollout import RolloutBuilder
+from bebop.engine.stops import Stop, StopMatcher, find_stop, split_stops, text_before, text_through
 from bebop.rl.batch import collect
 
 
@@ -28,10 +29,10 @@ def test_find_stop_takes_the_first_new_match():
 
 
 def test_stops_split_single_tokens_from_strings(tok):
-    assert tok.stops(("<eos>", "</call>")) == ((tok.eos_id,), ("</call>",))
+    assert split_stops(("<eos>", "</call>"), tok.encode, tok.eos_id) == ((tok.eos_id,), ("</call>",))
     assert len(tok.encode("</call>")) > 1
     char = CharTokenizer()
-    assert char.stops(("<eos>", "</call>")) == ((char.eos_id, char.token_id("</call>")), ())
+    assert split_stops(("<eos>", "</call>"), char.encode, char.eos_id) == ((char.eos_id, char.token_id("</call>")), ())
 
 
 def test_a_stop_string_completed_mid_chunk_cuts_there(tok):
@@ -45,7 +46,7 @@ def test_a_stop_string_completed_mid_chunk_cuts_there(tok):
         config = GenerationConfig(max_new_tokens=20, gamma=gamma, method="to", stop_strings=("</call>",), seed=0)
         rollout = Engine(model, head).generate([[start]], config, decode=tok.decode)
         assert rollout.tokens[0] == ids[:9]
-        assert rollout.finish_reason == ["stop"]
+        assert rollout.finish_reason == ["stop"] and rollout.stops == [Stop("</call>")]
         if gamma:
             assert rollout.origin[0][6:9] == ["accepted"] * 3  # the stop completed inside a verified chunk
     with pytest.raises(ValueError, match="decode"):
@@ -80,16 +81,43 @@ def test_multi_token_call_triggers_the_env_and_rewards_see_no_stop(tok):
             assert row == call + reply + [tok.eos_id]
             assert origin[len(call):len(call) + len(reply)] == ["env"] * len(reply)
             assert text == "<call>calc 1+2</call><result>3</result>"  # no <|im_end|>
+        done, _ = complete(Engine(model, head), tok, task, examples,  # eval-mtp, train-mtp and pretrain's path
+                           GenerationConfig(max_new_tokens=30, gamma=gamma, method="to", seed=0))
+        assert [c.text for c in done] == batch.completions
 
 
-def test_texts_for_rewards_and_environments(tok):
-    config = GenerationConfig(max_new_tokens=8, stop_tokens=(tok.eos_id,), stop_strings=("</call>",))
-    ids = tok.encode("answer: 42") + [tok.eos_id]
-    assert completion_text(tok, ids, "stop", config) == "answer: 42"
-    assert completion_text(tok, ids, "length", config) == "answer: 42<|im_end|>"
-    call = tok.encode("go<call>calc 1</call>")
-    assert completion_text(tok, call, "stop", config) == "go<call>calc 1"
-    assert transcript_text(tok, call, config) == "go<call>calc 1</call>"
-    char = CharTokenizer()  # bebop's own tasks: "<eos>" is a stop token, and strip_completion still splits on it
-    config = GenerationConfig(max_new_tokens=8, stop_tokens=char.stops(("<eos>",))[0])
-    assert completion_text(char, char.encode("answer: 3<eos>"), "stop", config) == "answer: 3"
+def _decided(tok, matcher: StopMatcher, ids: list[int]) -> tuple[list[int], Stop | None]:
+    """The tokens a row keeps and its stop, as the engine decides them when `ids` arrive one step at a time."""
+    kept: list[int] = []
+    for t in ids:
+        found = matcher.first(kept, [t])
+        kept.append(t)
+        if found is not None:
+            return kept, found[1]
+    return kept, None
+
+
+def test_texts_for_rewards_and_environments_are_cut_where_the_stop_was_decided(tok):
+    matcher = StopMatcher((tok.eos_id,), ("</call>",), tok.decode)
+    ids, stop = _decided(tok, matcher, tok.encode("answer: 42") + [tok.eos_id])
+    assert stop == Stop() and text_before(tok.decode, ids, stop) == "answer: 42"
+    assert text_before(tok.decode, ids, None) == "answer: 42<|im_end|>"  # a row that ran out of budget keeps it all
+    ids, stop = _decided(tok, matcher, tok.encode("go<call>calc 1</call>x"))
+    assert stop.string == "</call>" and tok.decode(ids).endswith(">")  # "x" never joined the row
+    assert text_before(tok.decode, ids, stop) == "go<call>calc 1"
+    assert text_through(tok.decode, ids, stop) == "go<call>calc 1</call>"
+    char = CharTokenizer()  # bebop's own tasks: "<eos>" is a stop token
+    matcher = StopMatcher(split_stops(("<eos>",), char.encode, char.eos_id)[0], (), None)
+    ids, stop = _decided(char, matcher, char.encode("answer: 3<eos>"))
+    assert text_before(char.decode, ids, stop) == "answer: 3"
+
+
+def test_a_token_that_runs_past_a_stop_string_keeps_its_text_out_of_both_texts():
+    """A completing token may carry text past the string's end: the environment reads through the string's end,
+    the reward before its start, counted from the record made when the token arrived."""
+    pieces = ["say", " </ca", "ll>\n"]
+    decode = lambda ids: "".join(pieces[i] for i in ids)  # noqa: E731
+    at, stop = StopMatcher((), ("</call>",), decode).first([0], [1, 2])
+    assert (at, stop) == (1, Stop("</call>", tail=1))
+    assert text_through(decode, [0, 1, 2], stop) == "say </call>"
+    assert text_before(decode, [0, 1, 2], stop) == "say "

@@ -20,6 +20,7 @@ from bebop.data.tokenizer import (
     is_char_tokenizer,
     load_tokenizer,
 )
+from bebop.engine.stops import split_stops
 
 transformers = pytest.importorskip("transformers")
 
@@ -112,7 +113,8 @@ def test_hf_adapter_matches_the_char_tokenizer(saved, task_texts):
         assert adapter.encode(text) == ids
         assert adapter.decode(ids) == text
     assert [adapter.token_str(i) for i in range(tok.vocab_size)] == list(tok.vocab)
-    assert adapter.stop_ids((EOS, CALL_CLOSE)) == tok.stop_ids((EOS, CALL_CLOSE)) == (1, tok.token_id(CALL_CLOSE))
+    assert split_stops((EOS, CALL_CLOSE), adapter.encode, adapter.eos_id) == \
+        split_stops((EOS, CALL_CLOSE), tok.encode, tok.eos_id) == ((1, tok.token_id(CALL_CLOSE)), ())
 
 
 def _bpe_dir(path, texts) -> str:
@@ -144,9 +146,10 @@ def test_hf_adapter_over_a_subword_tokenizer(tmp_path, task_texts):
         assert tok.decode(ids) == text
         assert len(ids) < len(text)  # merges learned on these very texts shorten them
     assert tok.decode(tok.encode("café, naïve")) == "café, naïve"  # byte-level: any text round-trips
-    assert tok.stop_ids((EOS,)) == (tok.eos_id,)  # "<eos>" means this tokenizer's own EOS
+    assert split_stops((EOS,), tok.encode, tok.eos_id) == ((tok.eos_id,), ())  # "<eos>": this tokenizer's own EOS
+    assert split_stops((CALL_CLOSE,), tok.encode, tok.eos_id) == ((), (CALL_CLOSE,))  # several tokens: text
     with pytest.raises(ValueError, match="not one"):
-        tok.stop_ids((CALL_CLOSE,))  # several tokens here: the engine would need stop strings
+        tok.token_id(CALL_CLOSE)
     saved = tok.save(tmp_path / "again")
     assert load_tokenizer(saved).encode("answer: 42") == tok.encode("answer: 42")
     with pytest.raises(ValueError, match="transformers tokenizer"):
@@ -155,8 +158,8 @@ def test_hf_adapter_over_a_subword_tokenizer(tmp_path, task_texts):
 
 def test_stops_and_chat_template_of_the_char_tokenizer():
     tok = CharTokenizer()
-    assert tok.stops((EOS, CALL_CLOSE, EOS)) == ((tok.eos_id, tok.token_id(CALL_CLOSE)), ())
-    assert tok.stops(("ab",)) == ((), ("ab",))  # several characters: matched on text by the engine
+    assert split_stops((EOS, CALL_CLOSE, EOS), tok.encode, tok.eos_id) == ((tok.eos_id, tok.token_id(CALL_CLOSE)), ())
+    assert split_stops(("ab",), tok.encode, tok.eos_id) == ((), ("ab",))  # several characters: matched on text
     assert not tok.has_chat_template
     with pytest.raises(ValueError, match="no chat template"):
         tok.chat_prompt([{"role": "user", "content": "hi"}])

@@ -131,7 +131,7 @@ def test_stop_tokens_and_env_rounds(trainer):
     config = GenerationConfig(max_new_tokens=12, temperature=0.0, gamma=0, stop_tokens=(stop,))
     replies = {}
 
-    def env(row, tokens):
+    def env(row, tokens, stop):
         if row != 0 or row in replies:
             return None
         replies[row] = [1, 2]

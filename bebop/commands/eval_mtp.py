@@ -30,6 +30,7 @@ from rich.table import Table
 from bebop.commands.device_args import add_device_args
 from bebop.commands.eval_profiles import add_profile_argument, apply_profile
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
+from bebop.data.tasks import build_tasks
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads.evaluate import (
     MIN_FIT_POINTS,
@@ -42,6 +43,7 @@ from bebop.heads.evaluate import (
 )
 from bebop.metrics import rate_difference_interval, rate_interval
 from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
+from bebop.prompting import dataset_config
 from bebop.runlog import RunWriter
 
 
@@ -165,13 +167,14 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
+    tasks = build_tasks(config.tasks, dataset_config(config))  # each dataset read once, before the policy loads
     torch.set_num_threads(config.threads)
     policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
     model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},
                    kind="eval-mtp", meta_extra=eval_setup(config, policy.heads)) as writer:
-        rows = sweep(model, tokenizer, policy.heads, config, writer)
+        rows = sweep(model, tokenizer, policy.heads, config, writer, tasks=tasks)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)
     print_tables(rows, fits)

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from bebop.commands.device_args import add_device_args
 from bebop.completions import complete
 from bebop.data.batches import demo_batches
-from bebop.data.tasks import TASKS, parse_tasks
+from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.device import check_device_name, resolve_device, resolve_dtype, to_device
@@ -74,7 +74,7 @@ class PretrainConfig:
     init: str | None = None  # a policy checkpoint to continue from (fresh optimiser and schedule)
 
     def __post_init__(self) -> None:
-        parse_tasks(self.tasks)
+        check_task_names(self.tasks)
         taught = [n for n in self.tasks if n not in TASKS]
         if taught:  # a dataset has answers but no teacher: pretraining writes demonstrations of built-ins only
             raise ValueError(f"pretrain teaches the built-in tasks {sorted(TASKS)} only (they have teachers), "
@@ -140,7 +140,7 @@ def evaluate(model: Transformer, tokenizer: CharTokenizer, config: PretrainConfi
         gen = GenerationConfig(max_new_tokens=config.eval_max_new_tokens, temperature=1.0, gamma=0,
                                seed=config.seed)
         completions, _ = complete(engine, tokenizer, task, examples, gen)
-        rewards = task.rewards(examples, [tokenizer.decode(c.tokens) for c in completions])
+        rewards = task.rewards(examples, [c.text for c in completions])
         out[f"reward/{name}"] = sum(rewards) / len(rewards)
         entropies += [h for c in completions for h in c.entropy]
         lengths += [len(c.tokens) for c in completions]

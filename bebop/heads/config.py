@@ -6,10 +6,9 @@ import math
 from dataclasses import dataclass
 
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
-from bebop.data.tasks import parse_tasks
+from bebop.data.tasks import check_task_names
 from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
-from bebop.prompting import dataset_config
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
         check_prompt_fields(self)
-        parse_tasks(self.tasks, dataset_config(self))
+        check_task_names(self.tasks)  # a dataset is read once, where the job builds its tasks
         for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")

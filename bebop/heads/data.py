@@ -11,7 +11,7 @@ import torch
 
 from bebop.completions import complete
 from bebop.data.batches import pad
-from bebop.data.tasks import task_for
+from bebop.data.tasks import Task, build_tasks
 from bebop.device import to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -32,15 +32,18 @@ def fingerprint(model: Transformer) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ data
-def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig) -> dict:
+def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig, tasks: dict[str, Task] | None = None
+                  ) -> dict:
     """Policy samples at the rollout temperature: {"tokens": [[int]], "trainable": [[bool]], "key": {...}}.
 
-    trainable[i][j] is True where token j was written by the policy (not prompt, not tool replies)."""
+    trainable[i][j] is True where token j was written by the policy (not prompt, not tool replies). `tasks`:
+    config.tasks as the job built them (`build_tasks`; None: built here)."""
     engine, seqs, trainable = Engine(model), [], []
     fmt = job_prompt_format(config, tokenizer)
     per_task = -(-config.num_sequences // len(config.tasks))
+    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
     for t, name in enumerate(config.tasks):
-        task = task_for(name, dataset_config(config))
+        task = tasks[name]
         examples = task.sample(per_task, seed=DATA_SEED + config.seed)
         gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, gamma=0,
                                seed=config.seed * 31 + t)
@@ -56,7 +59,8 @@ def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig) -> dict
     return {"tokens": [seqs[i] for i in order], "trainable": [trainable[i] for i in order], "key": key}
 
 
-def load_or_generate(path: Path | None, model: Transformer, tokenizer, config: TrainMTPConfig) -> dict:
+def load_or_generate(path: Path | None, model: Transformer, tokenizer, config: TrainMTPConfig,
+                     tasks: dict[str, Task] | None = None) -> dict:
     if path is not None and path.is_file():
         data = torch.load(path, weights_only=False)
         want = {**config.data_key(), "policy": fingerprint(model)}
@@ -64,7 +68,7 @@ def load_or_generate(path: Path | None, model: Transformer, tokenizer, config: T
             raise ValueError(f"--data {path} was generated with {data.get('key')}, not {want} (settings and "
                              "policy fingerprint): pass another path, or the policy and settings that made it")
         return data
-    data = generate_data(model, tokenizer, config)
+    data = generate_data(model, tokenizer, config, tasks)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")

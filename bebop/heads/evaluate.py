@@ -39,7 +39,7 @@ from rich.console import Console
 from bebop.completions import Completion, complete
 from bebop.data.batches import pad
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
-from bebop.data.tasks import parse_tasks, task_for
+from bebop.data.tasks import Task, build_tasks, check_task_names
 from bebop.device import check_device_name
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -79,7 +79,7 @@ class EvalMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, 
     def __post_init__(self) -> None:
         check_prompt_fields(self)
         check_device_name(self.device)
-        parse_tasks(self.tasks, dataset_config(self))
+        check_task_names(self.tasks)  # a dataset is read once, where the job builds its tasks
         if not self.heads:
             raise ValueError("heads is empty: name at least one head")
         bad = [m for m in self.methods if m not in SWEPT_METHODS]
@@ -162,17 +162,19 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
         "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
-        "reward": sum(task.rewards(examples, [tokenizer.decode(c.tokens) for c in completions])) / len(examples),
+        "reward": sum(task.rewards(examples, [c.text for c in completions])) / len(examples),
     }
     return row, completions
 
 
 def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
-          progress: bool = True) -> list[dict]:
-    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream."""
+          progress: bool = True, tasks: dict[str, Task] | None = None) -> list[dict]:
+    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream. `tasks`:
+    config.tasks as the job built them (`build_tasks`; None: built here)."""
     rows, console = [], Console(stderr=True, quiet=not progress)
+    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
     for task_name in config.tasks:
-        task = task_for(task_name, dataset_config(config))
+        task = tasks[task_name]
         examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
         for temperature in config.temperatures:
             for label, head in heads.items():

@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from bebop import distributed
+from bebop.data.tasks import Task
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig
@@ -60,26 +61,26 @@ GENERATION_WAIT = datetime.timedelta(hours=12)
 
 def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
-              resume: bool = False) -> MTPHead:
+              resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. Under torchrun (bebop.distributed) each step's batch is split by rows over the
+    saves (bf16) to `out` when given. `tasks`: config.tasks as the job built them (`build_tasks`; None: built where
+    the data is generated). Under torchrun (bebop.distributed) each step's batch is split by rows over the
     ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     model = model.float().to(device).eval().requires_grad_(False)
     checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
-    tasks = one_or_all(config.tasks)
     main = distributed.is_main()
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
-                       meta_extra={**setup_keys(task=tasks, rollout=None, mtp_objective=config.objective,
+                       meta_extra={**setup_keys(task=one_or_all(config.tasks), rollout=None, mtp_objective=config.objective,
                                                 mtp_strategy=None, gamma=config.depth, mode=None),
                                    "device": str(device), "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:
         writer.status(message="generating self-generated data")
         # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
         # as long as generating takes (hours for a large data set: far past a collective's timeout).
-        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config) if main else None,
+        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config, tasks) if main else None,
                                             wait=GENERATION_WAIT)
         batches = make_batches(model, data, config, use_bf16)
         train, held = split_heldout(batches, config.heldout_fraction)

@@ -14,11 +14,13 @@ from bebop.metrics import derive, pool
 from bebop.rl.config import RLConfig
 
 
-def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True) -> list[dict]:
+def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True,
+             task=None) -> list[dict]:
+    """The job's step records; `task` is config.task as the caller built it (None: the trainer builds it)."""
     from bebop.rl.trainer import Trainer  # torch and the models: not for the CLIs' help texts
 
     trainer = Trainer(config, default.model, default.tokenizer, head=default.heads[head] if head else None,
-                      run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
+                      task=task, run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
     return trainer.run()
 
 

@@ -77,11 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_args(parser, dtype_help="the rollout snapshot's dtype (the update keeps float32 master weights)")
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag)."""
-    from bebop.data.tasks import DatasetConfig, parse_tasks
+def check_args(args: argparse.Namespace) -> dict:
+    """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag); the
+    tasks, each built (a dataset read) once for every run."""
+    from bebop.data.tasks import DatasetConfig, build_tasks
 
-    parse_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
+    tasks = build_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
     if any(g != "auto" and g < 1 for g in args.gamma):
         raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
     for flag in ("--steps", "--max-new-tokens", "--repeats"):
@@ -96,6 +97,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--micro-batch-tokens must be >= 0 (0 = the whole batch), got {args.micro_batch_tokens}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    return tasks
 
 
 def self_draft_default(default, shape: str):
@@ -116,7 +118,7 @@ def self_draft_default(default, shape: str):
     return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
 
 
-def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
+def bench_task(default, task: str, prompts: int, args, root: Path, built=None) -> dict:
     base = RLConfig.quick(task=task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
@@ -135,7 +137,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path) -> dict:
             name += (f"-g{gamma}" if gamma is not None and len(args.gamma) > 1 else "") + f"-{repeat}"
             run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
             depth = {} if gamma is None else {"gamma": gamma}
-            records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir)
+            records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir, task=built)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain = merged[f"{task}-none"]
@@ -179,14 +181,15 @@ def run(args: argparse.Namespace) -> int:
     from bebop.device import resolve_device, resolve_dtype
     from bebop.policy import load_policy_heads
 
-    check_args(args)
+    tasks = check_args(args)
     resolve_device(args.device)  # --device cuda without CUDA: one line, before the policy loads
     default = load_policy_heads(args.policy, args.heads, dtype=resolve_dtype(None, "cpu"))
     if args.self_draft:
         default = self_draft_default(default, args.self_draft)
     with tempfile.TemporaryDirectory(prefix="bebop-bench-rl-") as tmp:
         root = args.out or Path(tmp)
-        results = [bench_task(default, task, prompts, args, root) for prompts in args.prompts for task in args.tasks]
+        results = [bench_task(default, task, prompts, args, root, tasks[task]) for prompts in args.prompts
+                   for task in args.tasks]
     print_table(results)
     first = [r for r in results if r["prompts"] == args.prompts[0]]
     out = {"speedup_end_to_end": first[0]["speedup_end_to_end"], "speedup_rollout": first[0]["speedup_rollout"],

@@ -49,21 +49,28 @@ def task_for(name: str, dataset: DatasetConfig | None = None) -> Task:
     return get(name, None if name in TASKS else dataset)
 
 
-def parse_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> tuple[str, ...]:
-    """Validate task names and dataset specs before any heavy work: a ValueError of one line for an unknown name,
-    a missing or unreadable file, a key the dataset lacks (naming its columns) or an empty dataset. `dataset`
-    holds the column names every dataset spec among `names` is read with."""
+def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The task names a config holds, each a built-in or a dataset spec: a ValueError of one line for an unknown
+    name or none at all. Nothing is read here: a dataset's file and columns are checked once, where the job builds
+    its tasks (`build_tasks`)."""
     names = tuple(names)
     if not names:
         raise ValueError(f"no task given; valid names: {sorted(TASKS)}, or a dataset spec")
     for name in names:
-        if name not in TASKS:
-            get(name, dataset)  # builds the task: loads the dataset and checks its columns and rows
+        if not isinstance(name, str) or name not in TASKS and not is_dataset_spec(name):
+            get(name)  # the one-line refusal of a name that is neither
     return names
 
 
+def build_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> dict[str, Task]:
+    """Each task a job names, built once, before any heavy work: a ValueError of one line for an unknown name, a
+    missing or unreadable file, a key the dataset lacks (naming its columns) or an empty dataset. `dataset` holds
+    the column names every dataset spec among `names` is read with."""
+    return {name: task_for(name, dataset) for name in check_task_names(names)}
+
+
 __all__ = [
-    "TASKS", "get", "task_for", "parse_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
+    "TASKS", "get", "task_for", "check_task_names", "build_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",
     "program_text",

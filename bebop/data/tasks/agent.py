@@ -18,7 +18,7 @@ answer is wrong.
 
 How the RL engine runs a row (and how to mask what the policy did not write):
   1. generate with stop strings `stop_strings` = ("<eos>", "</call>"); both are single tokens in
-     bebop's tokenizer, so they are plain stop tokens (`tokenizer.stop_ids(task.stop_strings)`);
+     bebop's tokenizer, so they are plain stop tokens (`bebop.engine.stops.split_stops`);
   2. if the completion so far ends with `</call>`, `reply = task.env.respond(example, completion)`
      is a string: encode it, append it to the row with loss mask 0, and generate again;
   3. `respond` returns None when the row ended otherwise (EOS, budget) or after `max_turns` calls:

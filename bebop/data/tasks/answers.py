@@ -10,8 +10,8 @@ Where math-verify cannot parse one side, or the two do not verify, an exact matc
 answer (its last `\\boxed{}`, else what follows its last `####`, else its last line) against the gold, up to
 case, `$` and spacing, still counts: text answers ("yes", "B") stay gradable.
 
-The completion is cut at its first `<eos>` and trailing end-of-turn markers (`<|im_end|>`, `</s>`, ...)
-are dropped, so a decoded completion may keep its stop text. Malformed output scores 0.0, never an error.
+The engine hands completions without their stop (`bebop.engine.stops`); text a caller decoded by hand is cut at
+its first `<eos>` and trailing end-of-turn markers (`<|im_end|>`, `</s>`, ...) are dropped. Malformed output scores 0.0, never an error.
 
 Timeouts: sympy can spend minutes on a comparison such as `9^{9^{9^9}}`, and math-verify bounds each parse
 and comparison with SIGALRM, which only a process's main thread can set. On the main thread the checks run

@@ -11,8 +11,9 @@ complete them and scores the completion. Demonstrations vary their wording and t
 steps through the generator, so the policy learns a distribution with real entropy over its reasoning,
 and `error_rate` mixes in plausible wrong solutions so RL has something to fix.
 
-Completions are the generated text after the prompt. Text after an end-of-sequence marker is ignored
-(`strip_completion`), so a decoded completion may keep its stop token. Every final answer is written
+Completions are the generated text after the prompt, as the engine cut it (without the stop that ended it:
+`bebop.engine.stops`). Text a caller decoded by hand may still hold its end-of-sequence marker: what follows it is
+ignored (`strip_completion`). Every final answer is written
 on a line `answer: <integer>`, and the last such line counts.
 
 Randomness: everything is drawn through `Rng`, a thin wrapper over one `torch.Generator`, so a seed

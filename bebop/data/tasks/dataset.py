@@ -18,7 +18,7 @@ the pass lasts, then a fresh shuffle. One generator draws the passes in order, s
 `bebop pretrain` trains on) raises; `train-mtp`, `eval-mtp` and `rl` let the policy answer the prompts.
 
 Every problem (unknown spec, missing file, unreadable file, a missing key, a prompt column that is not text, no rows) is a ValueError
-of one line, raised when the task is built, so `parse_tasks` reports it before any heavy work.
+of one line, raised when the task is built, so `build_tasks` reports it before any heavy work.
 """
 
 from __future__ import annotations
