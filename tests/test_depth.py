@@ -30,11 +30,31 @@ def _cpu_like(rows: int, gamma: int) -> float:
     return 1.0 + gamma * (0.05 + 0.04 * rows)
 
 
-def test_every_depth_is_measured_before_it_is_judged():
+def test_the_three_shallowest_depths_are_measured_first_and_deeper_ones_priced_on_their_line():
     controller = DepthController(DepthConfig(max_gamma=4))
-    chosen = _run(controller, 8, 5, _cpu_like, alpha=0.9)
-    assert sorted(chosen) == [0, 1, 2, 3, 4]
-    assert set(controller.cost_table()) == {(8, g) for g in range(5)}
+    chosen = _run(controller, 8, 3, _cpu_like, alpha=0.9)
+    assert chosen == [0, 1, 2] and set(controller.cost_table()) == {(8, 0), (8, 1), (8, 2)}
+    assert [controller.cost(8, g) for g in (3, 4)] == pytest.approx([_cpu_like(8, g) for g in (3, 4)])
+    chosen += _run(controller, 8, 3, _cpu_like, alpha=0.9)  # γ = 4 is the best estimate: measured next
+    value = lambda g: (1 + sum(0.9 ** j for j in range(1, g + 1))) / _cpu_like(8, g)  # noqa: E731
+    assert chosen[3] == max(range(5), key=value) == 4
+
+
+def test_a_deep_depth_that_cannot_pay_is_never_run():
+    controller = DepthController(DepthConfig(max_gamma=5))
+    chosen = _run(controller, 32, 500, _cpu_like, alpha=0.05)
+    assert chosen[:3] == [0, 1, 2] and set(chosen[3:]) == {0, 1}  # then plain decoding, γ = 1 as its probes
+    assert set(controller.cost_table()) == {(32, 0), (32, 1), (32, 2)}
+
+
+@pytest.mark.parametrize("rows", [2, 32])
+def test_probes_cost_at_most_their_budget(rows):
+    """While plain decoding wins, probes of γ = 1 keep acceptance and costs measured; they cost beyond plain steps
+    at most probe_budget of the time (after the first three steps' exploration)."""
+    config = DepthConfig(max_gamma=5, probe_budget=0.02)
+    chosen = _run(DepthController(config), rows, 3000, _cpu_like, alpha=0.05)[3:]
+    extra = sum(_cpu_like(rows, g) - _cpu_like(rows, 0) for g in chosen)
+    assert 0 < extra <= config.probe_budget * sum(_cpu_like(rows, g) for g in chosen)
 
 
 def test_picks_plain_decoding_when_drafts_cost_more_than_they_buy():
@@ -96,6 +116,14 @@ def test_a_depth_priced_out_by_a_slow_patch_gets_measured_again():
 
     chosen = _run(controller, 8, 400, cost, alpha=0.3)
     assert chosen[:30].count(0) <= 3 and chosen[-100:].count(0) >= 80  # the rest: probes, 1 step in 8
+
+
+def test_catching_the_head_up_is_a_price_of_switching_not_of_the_depth():
+    controller = DepthController(DepthConfig(max_gamma=2))
+    controller.observe(8, 2, 3.0, [2] * 8, switch_s=2.0)  # 2 of its 3 s caught the head up after plain steps
+    assert controller.cost_table() == {(8, 2): 1.0}
+    with pytest.raises(ValueError, match="switch_s"):
+        controller.observe(8, 2, 1.0, [2] * 8, switch_s=1.5)
 
 
 def test_alpha_is_conditional_on_reaching_the_position():

@@ -7,7 +7,7 @@ rows are padding. Unpadded (`Buckets.exact()`), P = B and slots = 0..B-1 always:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -27,6 +27,9 @@ class Batch:
     draft_cache: KVCache | None = None
     draft_logits: torch.Tensor | None = None  # [P, V] the head's step-1 logits for the next draft
     draft_hidden: torch.Tensor | None = None  # [P, 1, d] the head's step-1 output hidden
+    # gamma="auto": (target hidden [P, 1, d], emitted token [P, 1]) of each plain step since the head's cache was
+    # last caught up; the head's cache and draft_* are stale while this is not empty (Engine._catch_up_head)
+    head_lag: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @property
     def capacity(self) -> int:
@@ -51,6 +54,7 @@ class Batch:
         if self.draft_cache is not None:
             self.draft_cache = _compact(pool, owners[1], self.draft_cache, index)
             self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
+            self.head_lag = [(hidden[index], tokens[index]) for hidden, tokens in self.head_lag]
         return index
 
 

@@ -17,13 +17,20 @@ none is a constant of the machine:
                 (another process got the cores) and one such step must not price a depth out for good. A cell's
                 first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
 
-Exploration. A γ never measured at any rows is worth +inf, so every γ is tried once (the first steps). A bucket
-with nothing measured yet starts at the depth the nearest measured bucket finds best. A cell not
-yet measured at this bucket is estimated from the nearest bucket that measured both it and a γ measured here,
-scaled by the ratio of the two (what matters for the argmax is cost(rows, γ) / cost(rows, γ'): rows change the
-absolute cost far more than the ratio). Every `probe_every`-th step of a bucket measures instead the depth whose
-cost there was measured longest ago (or never), so that no estimate goes stale: the load of a shared machine
-comes and goes, and a depth priced out by a slow patch must get another chance.
+Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). A depth
+measured at no bucket is then priced on the line through the two depths measured here nearest to it (each draft
+position adds a head pass and a verified token per row; on a CPU a step's cost grows a little less than linearly
+in γ, so the line errs on the dear side), and is measured only when that estimate makes it the best, or as a
+probe of the best's neighbour: a deep γ that cannot pay is never run to find out. A bucket with nothing measured yet starts at the
+depth the nearest measured bucket finds best. A cell not yet measured at this bucket is estimated from the nearest
+bucket that measured both it and a γ measured here, scaled by the ratio of the two (what matters for the argmax is
+cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio).
+
+Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
+patch must get another chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs a
+neighbour of its best depth instead (γ* - 1 or γ* + 1, the one measured longest ago). A probe costs what it costs
+beyond the best step, so the next one waits until that extra is at most `probe_budget` of the time spent since:
+at least `probe_every` steps, at most 16 times that.
 
 Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
 step's verification sees a depth fixed before its randomness: every step emits exactly the target's law whatever
@@ -60,7 +67,8 @@ class DepthConfig:
     max_gamma: int  # K: γ is chosen from 0..K
     cost_window: int = 5  # steps behind each cost cell's moving median
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
-    probe_every: int = 16  # every n-th step of a bucket re-measures its stalest depth (0: never)
+    probe_every: int = 16  # the fewest steps of a bucket between two probes (0: never probe)
+    probe_budget: float = 0.02  # the share of a bucket's time its probes may cost beyond its best depth's
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
 
     def __post_init__(self) -> None:
@@ -74,6 +82,8 @@ class DepthConfig:
             raise ValueError(f"probe_every must be an int >= 0, got {self.probe_every!r}")
         if not self.prior_weight > 0:
             raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
+        if not 0 < self.probe_budget <= 1:
+            raise ValueError(f"probe_budget must be in (0, 1], got {self.probe_budget}")
 
 
 @dataclass
@@ -108,12 +118,14 @@ class DepthController:
     _accepted: list[float] = field(init=False)
     _cells: dict[tuple[int, int], _Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
+    _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
+    _probe: tuple[int, int, float] | None = field(init=False, default=None)  # (bucket, tick, best's cost) of a probe
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
 
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
-        self._cells, self._steps = {}, {}
+        self._cells, self._steps, self._next_probe = {}, {}, {}
 
     @property
     def max_gamma(self) -> int:
@@ -138,24 +150,42 @@ class DepthController:
         return total
 
     def cost(self, rows: int, gamma: int) -> float:
-        """Estimated seconds of a step at `rows` rows and depth γ: this bucket's measurement, else scaled from the
-        nearest bucket that has it and one of this bucket's (module docstring), else nan (nothing to scale) or
-        inf (γ never measured anywhere)."""
+        """Estimated seconds of a step at `rows` rows and depth γ (module docstring): this bucket's own estimate
+        (`_at`), else one scaled from the nearest bucket that has one and shares a measured depth with this one;
+        else inf while γ is to be explored (measured nowhere, no line anywhere), nan otherwise."""
         bucket = row_bucket(rows)
+        own = self._at(bucket, gamma)
+        if math.isfinite(own):
+            return own
+        here = [g for b, g in self._cells if b == bucket]
+        for other in sorted({b for b, _ in self._cells} - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
+            there, shared = self._at(other, gamma), [g for g in here if (other, g) in self._cells]
+            if math.isfinite(there) and shared:
+                ref = min(shared, key=lambda g: abs(g - gamma))
+                return self._cells[bucket, ref].seconds * there / self._cells[other, ref].seconds
+        explore = all(g != gamma for _, g in self._cells) and all(
+            math.isinf(self._on_the_line(b, gamma)) for b, _ in self._cells)
+        return math.inf if explore else math.nan
+
+    def _at(self, bucket: int, gamma: int) -> float:
+        """γ's cost at `bucket` from that bucket alone: its measurement; for a γ measured at no bucket, its line
+        through the bucket's depths (inf when it has none); else nan."""
         cell = self._cells.get((bucket, gamma))
         if cell is not None:
             return cell.seconds
-        others = sorted({b for b, g in self._cells if g == gamma}, key=lambda b: (abs(math.log(b / bucket)), b))
-        if not others:
+        if any(g == gamma for _, g in self._cells):
+            return math.nan
+        return self._on_the_line(bucket, gamma)
+
+    def _on_the_line(self, bucket: int, gamma: int) -> float:
+        """The cost of depth γ on the line through the two depths measured at `bucket` nearest to it (slope >= 0),
+        or inf (γ = 0, 1, 2 not all measured there yet, or a line that reaches 0: measure it instead)."""
+        here = sorted((g for b, g in self._cells if b == bucket), key=lambda g: (abs(g - gamma), g))
+        if len(here) < min(3, self.config.max_gamma + 1):
             return math.inf
-        here = [g for b, g in self._cells if b == bucket]
-        for other in others:
-            shared = [g for g in here if (other, g) in self._cells]
-            if shared:
-                ref = min(shared, key=lambda g: abs(g - gamma))
-                ratio = self._cells[other, gamma].seconds / self._cells[other, ref].seconds
-                return self._cells[bucket, ref].seconds * ratio
-        return math.nan
+        (g1, c1), (g2, c2) = ((g, self._cells[bucket, g].seconds) for g in here[:2])
+        cost = c1 + max(0.0, (c2 - c1) / (g2 - g1)) * (gamma - g1)
+        return cost if cost > 0 else math.inf
 
     def _value(self, rows: int, gamma: int) -> float:
         cost = self.cost(rows, gamma)
@@ -180,10 +210,19 @@ class DepthController:
             return self._choice(rows, best, probe=True)
         best = max((g for g in range(k + 1) if not math.isnan(values[g])), key=lambda g: (values[g], -g))
         unmeasured = math.isinf(values[best])
-        probe_now = self.config.probe_every > 0 and tick % self.config.probe_every == self.config.probe_every - 1
+        probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
         if probe_now and not unmeasured:
-            best = min(range(k + 1), key=lambda g: (self._last(bucket, g), g))
+            self._probe = (bucket, tick, self.cost(rows, best))
+            best = min((g for g in (best - 1, best + 1) if 0 <= g <= k), key=lambda g: (self._last(bucket, g), g))
         return self._choice(rows, best, probe=unmeasured or probe_now)
+
+    def _schedule_probe(self, seconds: float) -> None:
+        """After a probe that took `seconds`: the next waits until its extra cost is `probe_budget` of the time."""
+        (bucket, tick, best_cost), self._probe = self._probe, None
+        every = self.config.probe_every
+        extra = seconds - best_cost if math.isfinite(best_cost) and best_cost > 0 else 0.0
+        gap = math.ceil(extra / (self.config.probe_budget * best_cost)) if extra > 0 else every
+        self._next_probe[bucket] = tick + min(max(gap, every), 16 * every)
 
     def _last(self, bucket: int, gamma: int) -> int:
         cell = self._cells.get((bucket, gamma))
@@ -193,13 +232,18 @@ class DepthController:
         return Choice(gamma, rows, row_bucket(rows), self.expected_accepted(gamma), self.cost(rows, gamma), probe)
 
     # ---- learning -----------------------------------------------------------------------------------
-    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int]) -> None:
+    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int], switch_s: float = 0.0) -> None:
         """Learn from one finished step: `rows` rows at depth γ took `seconds`; row b accepted num_accepted[b] of
-        its γ drafts (so it reached positions 0..min(n_b, γ-1) and had 0..n_b-1 accepted)."""
+        its γ drafts (so it reached positions 0..min(n_b, γ-1) and had 0..n_b-1 accepted). `switch_s` of the
+        seconds went to catching the head up after plain steps: a price of switching depth, not of γ, so the cost
+        table leaves it out and a probe's schedule counts it."""
         if not 0 <= gamma <= self.config.max_gamma:
             raise ValueError(f"gamma must lie in 0..{self.config.max_gamma}, got {gamma}")
-        if not seconds >= 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        if not seconds >= switch_s >= 0:
+            raise ValueError(f"need seconds >= switch_s >= 0, got seconds={seconds}, switch_s={switch_s}")
+        if self._probe is not None:
+            self._schedule_probe(seconds)
+        seconds -= switch_s
         cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
         cell.count += 1
         self._observed += 1

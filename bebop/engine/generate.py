@@ -8,7 +8,9 @@ Per speculative step, for every active row at once:
   3. sync     ONE device->host transfer: accepted counts, emitted tokens, their log-probs and entropies
   4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
-              accepted tokens; the same forward yields the next step-1 draft
+              accepted tokens; the same forward yields the next step-1 draft. A plain step under gamma="auto"
+              leaves the head's cache behind, to catch up in one forward when a step drafts again: plain decoding
+              then costs what it costs without a head, and the head stays ready for the tail
 
 The device work of 1, 2 and 5 is `bebop.engine.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
 the layouts shared with this module: the step's uniforms (`draw_uniforms`, from the engine's generator) and the
@@ -157,8 +159,8 @@ class Engine:
                     continue
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows, choice = len(batch.rows), controller.decide(len(batch.rows))
-                seconds, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
-                controller.observe(rows, choice.gamma, seconds, accepted)
+                seconds, switch_s, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
+                controller.observe(rows, choice.gamma, seconds, accepted, switch_s=switch_s)
                 choices.append((choice, seconds))
         wall = time.perf_counter() - start
         stats = self._stats(out, verdicts, timing, wall, (steps, row_steps), config)
@@ -207,6 +209,8 @@ class Engine:
         feeds: (row in batch, start position, tokens) — a prompt at 0, or [stop token, env reply...] where a row
         parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
         head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
+        if batch.head_lag:  # the feed writes the head's entries from `start` on: the ones before must be there
+            self._catch_up_head(batch)
         slots = [batch.slots[i] for i, _, _ in feeds]
         index = upload(slots, self.device)  # [F]
         tokens, starts, last = pad_feeds(feeds, self.device)  # [F, W], [F], [F]
@@ -259,12 +263,16 @@ class Engine:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
     def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
-              timing) -> tuple[float, list[int]]:
-        """One decoding step at depth `gamma`. Returns its seconds (before any env feed) and each row's accepted
-        count: what the depth controller learns from."""
+              timing) -> tuple[float, float, list[int]]:
+        """One decoding step at depth `gamma`. Returns its seconds (before any env feed), those of them spent
+        catching the head up after plain steps, and each row's accepted count: what the depth controller learns
+        from."""
         sampling = config.sampling
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
-        t0 = time.perf_counter()
+        t0, switch_s = time.perf_counter(), 0.0
+        if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
+            self._catch_up_head(batch)
+            switch_s = time.perf_counter() - t0
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
@@ -309,7 +317,7 @@ class Engine:
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
-        return seconds, [r.num_accepted for r in results]
+        return seconds, switch_s, [r.num_accepted for r in results]
 
     def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
@@ -328,7 +336,10 @@ class Engine:
 
     def _advance(self, batch: Batch, gamma: int, num_accepted, accepted_host: list[int], next_token, emitted,
                  hidden, config) -> None:
-        if batch.draft_cache is not None:  # a plain step under gamma="auto" too: the next step may draft
+        if batch.draft_cache is not None and gamma == 0:  # gamma="auto" chose plain decoding: the head waits
+            batch.head_lag.append((hidden, emitted))  # [P, 1, d], [P, 1]
+            batch.cache.lengths += 1
+        elif batch.draft_cache is not None:
             batch.draft_hidden, batch.draft_logits = self.catch_up_step(
                 self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
                 kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len))
@@ -341,6 +352,20 @@ class Engine:
                     cache.lengths.clamp_(max=cache.max_len - config.depth - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
+
+    def _catch_up_head(self, batch: Batch) -> None:
+        """Catch the head's cache up, in one forward, on the S positions plain steps decoded without it: entry L+s
+        pairs the target's h_{L+s} with the token it emitted, as S steps' catch-ups would have written them."""
+        hidden = torch.cat([h for h, _ in batch.head_lag], 1)  # [P, S, d]
+        tokens = torch.cat([t for _, t in batch.head_lag], 1)  # [P, S]
+        batch.head_lag = []
+        cache = batch.draft_cache
+        cache.lengths.clamp_(max=cache.max_len - tokens.shape[1])  # padding rows only: live rows are S behind
+        kv_len = self.buckets.kv_len(max(batch.lengths) + 1, cache.max_len)
+        _, out = self.head_step(self.model, hidden, tokens, cache, kv_len=kv_len, compute_logits=False)  # [P, S, d]
+        cache.lengths += tokens.shape[1]
+        batch.draft_hidden = out[:, -1:]  # [P, 1, d]: the next step-1 draft query
+        batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [P, V]
 
     def _stats(self, out: RolloutBuilder, verdicts: dict, timing, wall: float, steps: tuple[int, int],
                config) -> dict:
