@@ -19,6 +19,7 @@ from bebop import distributed
 from bebop.data.tasks import Example
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine.rollout import Rollout
+from bebop.engine.stops import Stop
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
@@ -55,7 +56,8 @@ def global_rows() -> tuple[list[list[int]], Rollout, list[float]]:
         tokens.append(torch.randint(3, 60, (length,), generator=g).tolist())
         logprobs.append((-2.0 - torch.rand(length, generator=g)).tolist())
     rollout = Rollout(tokens=tokens, logprobs=logprobs, entropy=[[0.5] * len(t) for t in tokens],
-                      origin=[["plain"] * len(t) for t in tokens], finish_reason=["stop"] * len(tokens))
+                      origin=[["plain"] * len(t) for t in tokens], finish_reason=["stop"] * len(tokens),
+                      stops=[Stop()] * len(tokens))
     rewards = [1.0, 0.0, 0.3, 0.9, 0.0, 1.0, 0.5, 0.4]
     return prompts, rollout, rewards
 
@@ -63,7 +65,7 @@ def global_rows() -> tuple[list[list[int]], Rollout, list[float]]:
 def batch_of(rows: list[int]) -> RolloutBatch:
     prompts, rollout, rewards = global_rows()
     part = Rollout(**{k: [getattr(rollout, k)[i] for i in rows] for k in
-                      ("tokens", "logprobs", "entropy", "origin", "finish_reason")})
+                      ("tokens", "logprobs", "entropy", "origin", "finish_reason", "stops")})
     chosen = [prompts[i] for i in rows]
     examples = [Example(prompt="p", answer=0, level=1, task="toy") for _ in rows]
     return RolloutBatch(examples, chosen, part, ["x"] * len(rows), torch.tensor([rewards[i] for i in rows]),

@@ -23,6 +23,7 @@ from bebop.data.tasks import Example
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig, Rollout
+from bebop.engine.stops import Stop
 from bebop.files import checkpoint_path
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
@@ -299,7 +300,7 @@ def test_align_masks_prompt_padding_and_env_tokens():
     prompts = [[5, 6, 7], [5]]
     rollout = Rollout(tokens=[[10, 11, 12], [20]], logprobs=[[-1.0, 0.0, -3.0], [-2.0]],
                       entropy=[[0.1, 0.0, 0.3], [0.2]], origin=[["plain", "env", "accepted"], ["plain"]],
-                      finish_reason=["stop", "length"])
+                      finish_reason=["stop", "length"], stops=[Stop(), None])
     tokens, lengths, prompt_lengths, targets, mask, logprobs = align(prompts, rollout, pad_id=0)
     assert tokens.tolist() == [[5, 6, 7, 10, 11, 12], [5, 20, 0, 0, 0, 0]]
     assert lengths.tolist() == [6, 2] and prompt_lengths.tolist() == [3, 1]

@@ -16,6 +16,9 @@ none is a constant of the machine:
                 median, not a mean, because on a shared machine one step in a few takes several times as long
                 (another process got the cores) and one such step must not price a depth out for good. A cell's
                 first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
+                A plain step runs without the head (the engine catches the head up in one forward when a step
+                drafts again); that catch-up is a price of switching, not of the depth, so it stays out of the
+                table (`observe(switch_s=)`) and counts against the probe budget instead.
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). A depth
 measured at no bucket is then priced on the line through the two depths measured here nearest to it (each draft
