@@ -22,11 +22,11 @@ none is a constant of the machine:
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). A depth
 measured at no bucket is then priced on the line through the two depths measured here nearest to it (each draft
-position adds a head pass and a verified token per row; on a CPU a step's cost grows a little less than linearly
-in γ, so the line errs on the dear side), and is measured only when that estimate makes it the best, or as a
-probe of the best's neighbour: a deep γ that cannot pay is never run to find out. A bucket with nothing measured yet starts at the
-depth the nearest measured bucket finds best. A cell not yet measured at this bucket is estimated from the nearest
-bucket that measured both it and a γ measured here, scaled by the ratio of the two (what matters for the argmax is
+position adds a head pass and a verified token per row; where a step's cost grows less than linearly in γ the line
+errs on the dear side, which probes of the best's neighbour correct), and is run only when that estimate makes it
+the best: a deep γ that cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth
+the nearest measured bucket finds best. A cell not yet measured at this bucket is estimated from the nearest bucket
+that measured both it and a γ measured here, scaled by the ratio of the two (what matters for the argmax is
 cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio).
 
 Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
@@ -167,7 +167,7 @@ class DepthController:
                 ref = min(shared, key=lambda g: abs(g - gamma))
                 return self._cells[bucket, ref].seconds * there / self._cells[other, ref].seconds
         explore = all(g != gamma for _, g in self._cells) and all(
-            math.isinf(self._on_the_line(b, gamma)) for b, _ in self._cells)
+            math.isinf(self._on_the_line(b, gamma)) for b in {b for b, _ in self._cells})
         return math.inf if explore else math.nan
 
     def _at(self, bucket: int, gamma: int) -> float:

@@ -132,7 +132,7 @@ class Engine:
     def generate(self, prompts: list[list[int]], config: GenerationConfig, *, env: Env | None = None,
                  decode: Decode | None = None) -> Rollout:
         """Complete every prompt. With `env`, a row that emits a stop token (or completes a stop string) gets
-        env(row, tokens)'s reply appended (origin "env") and continues from its cached prefix; a None reply ends
+        env(row, tokens, stop)'s reply appended (origin "env") and continues from its cached prefix; a None reply ends
         the row. `decode` (the tokenizer's) is needed only for `config.stop_strings`."""
         check_request(prompts, config, self.config, self.mtp)
         generator = torch.Generator(device=self.device)
@@ -159,7 +159,8 @@ class Engine:
                     continue
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows, choice = len(batch.rows), controller.decide(len(batch.rows))
-                seconds, switch_s, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
+                seconds, switch_s, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts,
+                                                         timing)
                 controller.observe(rows, choice.gamma, seconds, accepted, switch_s=switch_s)
                 choices.append((choice, seconds))
         wall = time.perf_counter() - start

@@ -71,9 +71,9 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
     use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     model = model.float().to(device).eval().requires_grad_(False)
     checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
-    main = distributed.is_main()
+    names, main = one_or_all(config.tasks), distributed.is_main()
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
-                       meta_extra={**setup_keys(task=one_or_all(config.tasks), rollout=None, mtp_objective=config.objective,
+                       meta_extra={**setup_keys(task=names, rollout=None, mtp_objective=config.objective,
                                                 mtp_strategy=None, gamma=config.depth, mode=None),
                                    "device": str(device), "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:

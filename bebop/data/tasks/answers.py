@@ -11,7 +11,8 @@ answer (its last `\\boxed{}`, else what follows its last `####`, else its last l
 case, `$` and spacing, still counts: text answers ("yes", "B") stay gradable.
 
 The engine hands completions without their stop (`bebop.engine.stops`); text a caller decoded by hand is cut at
-its first `<eos>` and trailing end-of-turn markers (`<|im_end|>`, `</s>`, ...) are dropped. Malformed output scores 0.0, never an error.
+its first `<eos>` and trailing end-of-turn markers (`<|im_end|>`, `</s>`, ...) are dropped. Malformed output scores
+0.0, never an error.
 
 Timeouts: sympy can spend minutes on a comparison such as `9^{9^{9^9}}`, and math-verify bounds each parse
 and comparison with SIGALRM, which only a process's main thread can set. On the main thread the checks run
