@@ -118,6 +118,17 @@ def test_a_depth_priced_out_by_a_slow_patch_gets_measured_again():
     assert chosen[:30].count(0) <= 3 and chosen[-100:].count(0) >= 80  # the rest: probes, 1 step in 8
 
 
+def test_a_probe_may_measure_plain_decoding_again_from_a_deep_best():
+    """Plain decoding is the baseline of every choice: a probe from a deep best depth re-measures it when it is the
+    stalest candidate, not only the best's neighbours (a plain step once slowed would stay priced out)."""
+    controller = DepthController(DepthConfig(max_gamma=3, probe_every=1))
+    for gamma in range(4):  # γ = 0 measured first, so longest ago; every draft accepted: γ = 3 is the best
+        controller.observe(1, gamma, 1.0 + 0.1 * gamma, [gamma])
+    assert controller.decide(1).gamma == 3
+    probe = controller.decide(1)
+    assert probe.probe and probe.gamma == 0
+
+
 def test_catching_the_head_up_is_a_price_of_switching_not_of_the_depth():
     controller = DepthController(DepthConfig(max_gamma=2))
     controller.observe(8, 2, 3.0, [2] * 8, switch_s=2.0)  # 2 of its 3 s caught the head up after plain steps

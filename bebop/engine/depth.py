@@ -31,7 +31,8 @@ cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than th
 
 Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
 patch must get another chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs a
-neighbour of its best depth instead (γ* - 1 or γ* + 1, the one measured longest ago). A probe costs what it costs
+neighbour of its best depth instead (γ* - 1, γ* + 1, or plain decoding, the baseline of every choice: the one
+measured longest ago). A probe costs what it costs
 beyond the best step, so the next one waits until that extra is at most `probe_budget` of the time spent since:
 at least `probe_every` steps, at most 16 times that.
 
@@ -216,7 +217,8 @@ class DepthController:
         probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
         if probe_now and not unmeasured:
             self._probe = (bucket, tick, self.cost(rows, best))
-            best = min((g for g in (best - 1, best + 1) if 0 <= g <= k), key=lambda g: (self._last(bucket, g), g))
+            best = min({g for g in (0, best - 1, best + 1) if 0 <= g <= k and g != best},
+                       key=lambda g: (self._last(bucket, g), g))
         return self._choice(rows, best, probe=unmeasured or probe_now)
 
     def _schedule_probe(self, seconds: float) -> None:
