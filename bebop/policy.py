@@ -86,13 +86,14 @@ def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dt
     return model.to(device), tokenizer, None if chosen is None else chosen.to(device)
 
 
-def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str], *, dtype: torch.dtype | None = None,
-                      device: torch.device | str | None = None) -> Default:
-    """The policy with the heads `specs` name, labelled as `resolve_heads` labels them, on `device` (None: the CPU)."""
-    from bebop.default import Default
+def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | None = None, *,
+                      dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Default:
+    """The policy with the heads `specs` name, labelled as `resolve_heads` labels them, on `device` (None: the CPU).
+    `specs` None: every head saved beside the policy (POLICY/heads, read after a named policy is converted)."""
+    from bebop.default import Default, shipped_heads
 
     model, tokenizer, root, stored = _load(policy, dtype)
-    heads = resolve_heads(specs, model, root=root, stored=stored, dtype=dtype)
+    heads = resolve_heads(shipped_heads(root) if specs is None else specs, model, root=root, stored=stored, dtype=dtype)
     return Default(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
                    path=root)
 

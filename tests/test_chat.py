@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
 from bebop.commands.prompt_args import add_prompt_args, resolve
@@ -81,3 +82,24 @@ def test_a_math_answer_ending_in_im_end_is_scored(tok, right):
     assert batch.rollout.tokens[0] == ids + [tok.eos_id]  # the engine stopped on <|im_end|>, kept in the tokens
     assert batch.completions[0] == f"answer: {answer}"  # ... and the reward read the text without it
     assert batch.rewards.tolist() == [float(right)] * 2
+
+
+def test_notebook_positions_use_the_prompts_eval_mtp_uses(tok):
+    """policy_positions (notebooks 01 and 02's exact acceptances) formats prompts as the jobs do: in the chat template
+    when the tokenizer has one, so its positions are the ones the engine's sweep measures beside them."""
+    from bebop.heads.positions import policy_positions
+    from bebop.models.config import ModelConfig
+    from bebop.models.mtp import MTPHead
+    from bebop.models.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    model, heads = Transformer(config).eval(), {"h": MTPHead(config).eval()}
+    task, examples = tasks.get("math"), tasks.get("math").sample(2, seed=0)
+    kwargs = dict(temperature=1.0, max_new_tokens=4, seed=0)
+    default, _ = policy_positions(model, tok, heads, task, examples, **kwargs)
+    chat, _ = policy_positions(model, tok, heads, task, examples, fmt=PromptFormat(chat_template=True), **kwargs)
+    raw, _ = policy_positions(model, tok, heads, task, examples, fmt=PromptFormat(), **kwargs)
+    assert torch.equal(default, chat)
+    assert default.shape != raw.shape or not torch.allclose(default, raw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -262,6 +263,9 @@ def test_clear_errors(tiny_pair):
     trained = MTPHead(model.config, trained_depth=2)
     with pytest.warns(UserWarning, match="trained depth"):
         Engine(model, trained).generate([[1]], GenerationConfig(max_new_tokens=4, gamma=3))
+    with warnings.catch_warnings():  # auto prices the untrained positions by what they are measured to accept
+        warnings.simplefilter("error")
+        Engine(model, trained).generate([[1]], GenerationConfig(max_new_tokens=4, gamma="auto", max_gamma=3))
     with pytest.raises(ValueError, match="hidden_size"):
         Engine(model, MTPHead(ModelConfig.tiny(vocab_size=64, hidden_size=128, head_dim=32)))
     for bad in (dict(max_new_tokens=0), dict(max_new_tokens=4, gamma=-1), dict(max_new_tokens=4, method="x"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,9 @@ def test_eval_mtp_heads_are_looked_up_beside_the_policy(policies):
     bundle = load_policy_heads(policies["full"], ["x", EMBEDDED, "first=ce"])
     assert list(bundle.heads) == ["x", EMBEDDED, "first"] and bundle.path == policies["full"]
     assert _same(bundle.heads["first"], policies["heads"]["embedded"])
+    every = load_policy_heads(policies["full"])  # no specs: the heads saved beside the policy (notebooks' default)
+    assert list(every.heads) == ["x"] and _same(every.heads["x"], policies["heads"]["x"])
+    assert load_policy_heads(policies["bare"]).heads == {}
     with pytest.raises(ValueError, match=r"\['x'\] more than once"):
         resolve_heads(["x", f"{policies['full'] / 'heads' / 'x'}"], model, root=policies["full"])
     with pytest.raises(FileNotFoundError, match="heads"):  # the default's heads are not the given policy's
@@ -136,7 +140,8 @@ def test_demo_takes_any_policy_and_head(policies, tmp_path, capsys):
     args = parser.parse_args(["--policy", str(policies["full"]), "--head", EMBEDDED, "--steps", "2", "--prompts", "1",
                               "--group", "2", "--max-new-tokens", "8", "--out", str(tmp_path), "--threads", "1"])
     assert demo.run(args) == 0
-    assert f"({EMBEDDED} head, frozen)" in " ".join(capsys.readouterr().out.split())  # rich wraps to the table
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps to the table
+    assert f"({EMBEDDED} head, frozen)" in out and re.search(r"wall time: \d+ min \d+ s", out)
     assert sorted(p.name for p in next(tmp_path.iterdir()).iterdir()) == [f"rows2-mtp-rs-{EMBEDDED}", "rows2-no-mtp"]
 
 

@@ -133,7 +133,7 @@ def why_they_differ(regimes: list[dict]) -> str:
             "length buys less at large batch (a GPU's memory-bound decode keeps verification cheap).")
 
 
-def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
+def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -166,6 +166,7 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str) -> None:
     console.print(why_they_differ(regimes))
     console.print("What a perfect draft head would reach here: [bold]bebop bench rl --self-draft policy[/bold]")
     console.print("runs: " + ", ".join(str(d) for d in dirs))
+    console.print(f"wall time: {wall_s // 60:.0f} min {wall_s % 60:.0f} s (loading the policy included)")
     # The runs' root (what `bebop dashboard` lists), not app/main.py: that path exists only in a clone.
     console.print(f"where to look: [bold]bebop dashboard --runs {dirs[0].parents[1]}[/bold]  (acceptance vs entropy, "
                   "per-position acceptance, step times, samples)")
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.small_prompts < 0 or args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
+    started = time.perf_counter()
     configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
     device, dtype = device_and_dtype(args)  # --device cuda without CUDA fails here, before the policy loads
     policy = load_policy_heads(args.policy, [args.head], dtype=dtype, device=device)
@@ -191,5 +193,5 @@ def run(args: argparse.Namespace) -> int:
             records.append(run_once(policy, config.replace(rollout=rollout), head, run_dir))
             dirs.append(run_dir)
         regimes.append(regime(*records, config.batch_size))
-    print_summary(regimes, dirs, label)
+    print_summary(regimes, dirs, label, time.perf_counter() - started)
     return 0

@@ -114,7 +114,8 @@ def check_request(prompts: list[list[int]], config: GenerationConfig, model_conf
         raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs an MTP head; "
                          "pass Engine(model, mtp) or use gamma=0 for plain decoding")
     depth = getattr(head, "trained_depth", None)
-    if config.depth > 0 and depth is not None and config.depth > depth:
+    # under "auto" a depth past the trained one is priced by the acceptance measured there, never taken blindly
+    if not config.auto and config.depth > 0 and depth is not None and config.depth > depth:
         warnings.warn(f"gamma={config.depth} exceeds the head's trained depth {depth}: "
                       "acceptance at the extra positions is untrained", stacklevel=4)
 

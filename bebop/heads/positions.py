@@ -1,6 +1,8 @@
 """The target and draft distributions at every position the policy wrote: what notebooks 01 and 02 inspect.
 
-The policy answers the examples by plain decoding at `temperature`; the answers are then run through the policy once
+The policy answers the examples by plain decoding at `temperature`, prompts in the format the jobs use (a chat
+user turn when the tokenizer has a chat template, as `--chat-template auto`, so the positions are those `eval-mtp`
+measures); the answers are then run through the policy once
 more, teacher forced, to read at each position t whose next token the policy wrote (its input token t and its
 drafted token t + 1 both policy-written, `anchor_mask`) the target p (the backbone's next-token distribution,
 aligned by `chain_targets`) and each head's first draft step q (`MTPHead.chain`), both at `temperature`. From those,
@@ -20,17 +22,20 @@ from bebop.engine.rollout import GenerationConfig
 from bebop.heads.data import anchor_mask
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
+from bebop.prompting import PromptFormat, prompt_format, prompt_ids
 from bebop.sampling import probs_from_logits
 
 
 @torch.no_grad()
 def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead], task, examples: Sequence, *,
-                     temperature: float, max_new_tokens: int, seed: int = 0
+                     temperature: float, max_new_tokens: int, seed: int = 0, fmt: PromptFormat | None = None
                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """p [N, V] and {head: q [N, V]} at the N positions whose next token the policy wrote (module docstring)."""
+    """p [N, V] and {head: q [N, V]} at the N positions whose next token the policy wrote (module docstring);
+    `fmt` None: the jobs' default format for this tokenizer."""
+    fmt = prompt_format("auto", tokenizer) if fmt is None else fmt
     gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, gamma=0, seed=seed)
-    completions, _ = complete(Engine(model), tokenizer, task, examples, gen)
-    prompts = [tokenizer.encode(e.prompt) for e in examples]
+    completions, _ = complete(Engine(model), tokenizer, task, examples, gen, prompt_format=fmt)
+    prompts = prompt_ids(tokenizer, examples, fmt)
     tokens, lengths = pad([p + c.tokens for p, c in zip(prompts, completions)], 0)  # [B, T]
     written, _ = pad([[0] * len(p) + [int(w) for w in c.policy] for p, c in zip(prompts, completions)], 0)  # [B, T]
     mask = anchor_mask(written.bool(), lengths, 1)  # [B, T]: the drafted token and its input are the policy's
