@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_logprobs
 from bebop.sampling import logprobs_from_logits, scaled_logits
 
 
@@ -15,6 +15,12 @@ def test_group_advantages_normalise_within_each_group():
     torch.testing.assert_close(adv[:4], torch.tensor([3**0.5, -(3**-0.5), -(3**-0.5), -(3**-0.5)]), atol=1e-4, rtol=0)
     assert torch.all(adv[4:] == 0)  # a group that all scored the same carries no signal
     assert abs(float(adv[:4].sum())) < 1e-5
+
+
+def test_groups_with_signal_are_the_groups_that_did_not_all_score_alike():
+    assert groups_with_signal(torch.tensor([1.0, 0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0]), 4) == 0.5
+    assert groups_with_signal(torch.tensor([0.0, 0.0, 0.0, 0.0]), 2) == 0.0  # no group to learn from: no update
+    assert groups_with_signal(torch.tensor([0.0, 1.0, 1.0, 0.0]), 2) == 1.0
 
 
 @pytest.mark.parametrize("rewards, group", [(torch.zeros(5), 2), (torch.zeros(4), 1), (torch.zeros(2, 2), 2)])

@@ -142,6 +142,7 @@ def test_demo_takes_any_policy_and_head(policies, tmp_path, capsys):
     assert demo.run(args) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps to the table
     assert f"({EMBEDDED} head, frozen)" in out and re.search(r"wall time: \d+ min \d+ s", out)
+    assert re.search(r"groups with a reward signal +│ +\d+% +│ +\d+%", out)
     assert sorted(p.name for p in next(tmp_path.iterdir()).iterdir()) == [f"rows2-mtp-rs-{EMBEDDED}", "rows2-no-mtp"]
 
 

@@ -287,13 +287,30 @@ def test_streams_hold_the_design_names_and_samples(pair, tok, tmp_path):
     for key in ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/ppo_kl",
                 "response_length/mean", "timing_s/gen", "timing_s/update_actor", "timing_s/step",
                 "perf/throughput", "spec/num_drafts", "spec/num_accepted_tokens_per_pos/0", "spec/accept_length",
-                "spec/by_entropy/0/num_draft_tokens", "mtp/online_update"):
+                "spec/by_entropy/0/num_draft_tokens", "mtp/online_update", "critic/groups_with_signal"):
         assert key in train_rows.columns, key
     assert list(train_rows["step"]) == [0, 1] and run.status["state"] == "finished"
     assert list(samples.groupby("step").size()) == [3, 3]
     row = samples.iloc[0]
     assert len(row["pieces"]) == len(row["origin"]) == len(row["entropy"])
     assert set(row["origin"]) <= {"plain", "accepted", "recovered", "bonus", "env"}
+
+
+class Unsolvable(Digits):
+    """Every completion scores 0: no group carries a GRPO signal."""
+
+    def rewards(self, examples, completions):
+        return [0.0] * len(completions)
+
+
+def test_a_run_without_reward_signal_says_so_once(pair, tok, tmp_path):
+    model, head = pair
+    config = RLConfig.tiny(prompts_per_step=2, group_size=2, max_new_tokens=8, steps=2)
+    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "flat", task=Unsolvable())
+    with pytest.warns(UserWarning, match="every group's completions scored the same") as caught:
+        records = trainer.run()
+    assert [r["critic/groups_with_signal"] for r in records] == [0.0, 0.0]
+    assert sum("scored the same" in str(w.message) for w in caught) == 1  # once per run, not every step
 
 
 def test_align_masks_prompt_padding_and_env_tokens():

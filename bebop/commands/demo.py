@@ -110,6 +110,8 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
 
     return [
         ("reward (mean over steps)", fmt(plain["reward_mean"]), fmt(spec["reward_mean"])),
+        ("groups with a reward signal", fmt(plain["groups_with_signal"], "{:.0%}"),
+         fmt(spec["groups_with_signal"], "{:.0%}")),
         ("policy entropy (nats)", fmt(plain["entropy"]), fmt(spec["entropy"])),
         ("response length (tokens)", fmt(plain["response_length"], "{:.1f}"), fmt(spec["response_length"], "{:.1f}")),
         ("accept length (steps that drafted)", "-", fmt(spec.get("accept_length"), "{:.2f}")),

@@ -7,6 +7,7 @@ its drift, and, with gamma="auto", the depths the engine chose.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def summarize(records: list[dict], skip: int = 1) -> dict:
         "reward_first": records[0]["critic/score/mean"],
         "reward_mean": statistics.fmean(r["critic/score/mean"] for r in records),
         "reward_last": records[-1]["critic/score/mean"],
+        "groups_with_signal": statistics.fmean(r.get("critic/groups_with_signal", math.nan) for r in records),
         "entropy": statistics.fmean(r["actor/entropy"] for r in records),
         "response_length": statistics.fmean(r["response_length/mean"] for r in records),
         "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),

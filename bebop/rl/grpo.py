@@ -42,6 +42,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return ((grouped - mean) / (std + eps)).view(-1)  # [N]
 
 
+def groups_with_signal(rewards: torch.Tensor, group_size: int) -> float:
+    """The share of groups whose completions did not all score the same: the only ones GRPO learns from (rewards
+    [N] laid out group by group). 0 means the step's advantages are all 0 and its update leaves the policy as it was
+    (a task the policy never solves, or always does)."""
+    grouped = rewards.view(-1, group_size)  # [G, n]
+    return float((grouped != grouped[:, :1]).any(-1).float().mean())
+
+
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, *,
                    vocab_limit: int | None = None) -> torch.Tensor:
     """log softmax(logits / T) at `tokens`: logits [B, L, V], tokens [B, L] -> float32 [B, L].

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from bebop.prompting import PromptFormat, dataset_config, job_prompt_format, voc
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
-from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
 from bebop.rl.parallel import check_world, combine_records, empty_micro_batches, rank_block, rank_seed
 from bebop.rl.resume import load_checkpoint, save_checkpoint
@@ -141,6 +142,7 @@ class Trainer:
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
+        self._warned_without_signal = False
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
         self._last_update_interval = (0.0, 0.0)
 
@@ -299,6 +301,7 @@ class Trainer:
                 if executor is None:
                     self._refresh_snapshot()
                 record = self._record(step, batch, update, wait, last_end)
+                self._warn_without_signal(step, record)
                 last_end = time.perf_counter()
                 self.writer.log("train", record)
                 if distributed.is_main():
@@ -322,6 +325,16 @@ class Trainer:
         self.writer.close("finished")
         return list(self.history)
 
+    def _warn_without_signal(self, step: int, record: dict) -> None:
+        """Once per run: a step whose every group scored alike taught the policy nothing (a silent failure of GRPO
+        runs on a task the model cannot yet solve)."""
+        if record["critic/groups_with_signal"] == 0 and not self._warned_without_signal:
+            self._warned_without_signal = True
+            warnings.warn(f"step {step}: every group's completions scored the same (mean reward "
+                          f"{record['critic/score/mean']:.2f}), so every advantage is 0 and the update left the policy "
+                          "as it was; critic/groups_with_signal logs the share of groups GRPO learns from",
+                          stacklevel=2)
+
     def _record(self, step: int, batch: RolloutBatch, update: UpdateResult, wait: float, last_end: float) -> dict:
         rollout, now = batch.rollout, time.perf_counter()
         # This batch was generated (async) while the previous update ran: how long did they really overlap?
@@ -337,6 +350,7 @@ class Trainer:
             "staleness": self.version - 1 - batch.policy_version,  # updates between behaviour and updated policy
             "critic/score/mean": float(batch.rewards.mean()),
             "critic/score/std": float(batch.rewards.std(unbiased=False)),
+            "critic/groups_with_signal": groups_with_signal(batch.rewards, self.config.group_size),
             "actor/entropy": sum(policy_entropy) / max(len(policy_entropy), 1),
             "response_length/mean": sum(len(t) for t in rollout.tokens) / len(rollout.tokens),
             "response_length/policy_mean": batch.num_policy_tokens / len(rollout.tokens),
