@@ -141,6 +141,32 @@ def draft_loss_from_hidden(
     (default about CHUNK_ELEMENTS / V), and each chunk is checkpointed: backward recomputes the chunk's logits
     instead of keeping them, so the graph holds [M·γ, d] rows and per-row values, never [M·γ, V] logits.
     """
+    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
+                             chunk_rows, with_alpha=False)[0]
+
+
+def draft_loss_and_alpha_from_hidden(
+    draft_hidden: torch.Tensor,
+    target_hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    *,
+    objective: str,
+    labels: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(`draft_loss_from_hidden`, `acceptance_alpha_from_hidden` detached [M, γ]) from the same chunks' logits: what
+    a training step optimises and logs, for one trip of the rows through the LM head instead of two (at a real
+    vocabulary the LM head is most of a head's training step)."""
+    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
+                             chunk_rows, with_alpha=True)
+
+
+def _loss_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
+                      objective: str, labels: torch.Tensor | None, mask: torch.Tensor | None, temperature: float,
+                      chunk_rows: int | None, *, with_alpha: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The loss [] and, `with_alpha`, α [M, γ] (detached) of the two public functions above."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
     draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
@@ -148,9 +174,11 @@ def draft_loss_from_hidden(
     if objective == "ce":
         logits_shape = torch.Size((*draft_hidden.shape[:3], lm_head_weight.shape[0]))
         label_rows = _check_labels(labels, logits_shape, mask)[mask].reshape(-1)  # [M·γ]
-    values = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
-                                  chunk_rows)  # [M·γ]
-    return _anchor_losses(objective, values.reshape(-1, draft_hidden.shape[2])).mean()  # mean over [M]
+    values, alpha = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
+                                         chunk_rows, with_alpha=with_alpha)  # [M·γ] each
+    depth = draft_hidden.shape[2]
+    loss = _anchor_losses(objective, values.reshape(-1, depth)).mean()  # mean over [M]
+    return loss, None if alpha is None else alpha.reshape(-1, depth)
 
 
 def acceptance_alpha_from_hidden(
@@ -166,7 +194,7 @@ def acceptance_alpha_from_hidden(
     draft_hidden, target_hidden [B, T, γ, d], lm_head_weight [V, d], mask [B, T] -> float32 [M, γ] (anchors in
     row-major order of the mask)."""
     draft_rows, target_rows, _ = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
-    alpha = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows)
+    alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows)
     return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
 
 
@@ -194,28 +222,40 @@ def _hidden_rows(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_hea
 
 def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor,
                          lm_head_weight: torch.Tensor, label_rows: torch.Tensor | None, temperature: float,
-                         chunk_rows: int | None) -> torch.Tensor:
-    """`_step_values` of the rows' logits, `chunk_rows` rows at a time: rows [N, d] x2, labels [N] -> [N]."""
+                         chunk_rows: int | None, *, with_alpha: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`_step_values` of the rows' logits, `chunk_rows` rows at a time: rows [N, d] x2, labels [N] -> [N]; and,
+    `with_alpha`, each row's acceptance α [N] (detached) from the same logits (else None)."""
     _check_temperature(temperature)
     if chunk_rows is not None and not (isinstance(chunk_rows, int) and chunk_rows >= 1):
         raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
     weight = lm_head_weight.detach()  # [V, d]
     rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
-    values = []
+    values, alphas = [], []
     for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):
         labels = None if label_rows is None else label_rows[i * rows:(i + 1) * rows]  # [R]
         # Non-reentrant checkpoint: forward frees the chunk's [R, V] logits; backward recomputes them.
-        values.append(checkpoint(_rows_step_values, objective, draft, target, weight, labels, temperature,
-                                 use_reentrant=False))  # [R]
-    return torch.cat(values)  # [N]
+        value, alpha = checkpoint(_rows_step_values, objective, draft, target, weight, labels, temperature,
+                                  with_alpha, use_reentrant=False)  # [R], [R] | None
+        values.append(value)
+        alphas.append(alpha)
+    return torch.cat(values), torch.cat(alphas) if with_alpha else None  # [N], [N] | None
 
 
 def _rows_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor, weight: torch.Tensor,
-                      labels: torch.Tensor | None, temperature: float) -> torch.Tensor:
-    """One chunk: rows [R, d] through the LM head W [V, d] (in W's dtype), then `_step_values` -> [R]."""
+                      labels: torch.Tensor | None, temperature: float, with_alpha: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk: rows [R, d] through the LM head W [V, d] (in W's dtype), then `_step_values` -> [R], and with
+    `with_alpha` the acceptance α [R] of the same logits (the TV objectives' values themselves)."""
     draft_logits = F.linear(draft_rows.to(weight.dtype), weight)  # [R, V]
     target_logits = F.linear(target_rows.to(weight.dtype), weight)  # [R, V]
-    return _step_values(objective, draft_logits, target_logits, labels, temperature)
+    values = _step_values(objective, draft_logits, target_logits, labels, temperature)
+    if not with_alpha:
+        return values, None
+    if objective in ("tv", "e2e_tv"):
+        return values, values.detach()
+    with torch.no_grad():
+        return values, _step_values("tv", draft_logits, target_logits, None, temperature)
 
 
 def _step_values(objective: str, draft_logits: torch.Tensor, target_logits: torch.Tensor,

@@ -14,6 +14,7 @@ from bebop.losses import (
     acceptance_alpha,
     acceptance_alpha_from_hidden,
     draft_loss,
+    draft_loss_and_alpha_from_hidden,
     draft_loss_from_hidden,
     expected_accepted,
     tv_distance,
@@ -420,6 +421,24 @@ def test_acceptance_alpha_from_hidden_is_alpha_at_valid_anchors():
         chunked = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.9,
                                                chunk_rows=7)
     torch.testing.assert_close(chunked, dense)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_loss_and_alpha_in_one_pass_equal_the_two_passes(objective):
+    """What a training step optimises and logs, from one trip through the LM head: the same loss, gradient and α."""
+    draft_hidden, target_hidden, weight, mask, labels = _hidden_case(seed=7)
+    kwargs = dict(objective=objective, labels=labels, mask=mask, temperature=0.8, chunk_rows=7)
+    loss, alpha = draft_loss_and_alpha_from_hidden(draft_hidden, target_hidden, weight, **kwargs)  # [], [M, γ]
+    (grad,) = torch.autograd.grad(loss, draft_hidden)
+    alone = draft_loss_from_hidden(draft_hidden, target_hidden, weight, **kwargs)
+    (alone_grad,) = torch.autograd.grad(alone, draft_hidden)
+    with torch.no_grad():
+        alpha_alone = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.8,
+                                                   chunk_rows=7)  # [M, γ]
+    torch.testing.assert_close(loss, alone, rtol=0, atol=0)
+    torch.testing.assert_close(grad, alone_grad, rtol=0, atol=0)
+    torch.testing.assert_close(alpha, alpha_alone, rtol=0, atol=0)
+    assert alpha.shape == (int(mask.sum()), draft_hidden.shape[2]) and not alpha.requires_grad
 
 
 @pytest.mark.parametrize("change, match", [

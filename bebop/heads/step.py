@@ -6,7 +6,7 @@ import torch
 
 from bebop import distributed
 from bebop.heads.config import TrainMTPConfig
-from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden, expected_accepted
+from bebop.losses import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden, expected_accepted
 from bebop.models.checkpoint import load_head
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
@@ -52,12 +52,10 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
     loss_sum = d_tv_sum = torch.zeros((), dtype=torch.float64, device=device)
     if count:  # a rank without anchors adds nothing (its gradients count as zeros)
         draft, target, labels, mask = chain_outputs(head, model, part, config.depth, use_bf16)
-        loss = draft_loss_from_hidden(draft, target, weight, objective=config.objective, labels=labels, mask=mask,
-                                      temperature=config.temperature)
+        loss, alpha = draft_loss_and_alpha_from_hidden(draft, target, weight, objective=config.objective,
+                                                       labels=labels, mask=mask,
+                                                       temperature=config.temperature)  # [], [M, depth]
         (loss * (count / total)).backward()
-        with torch.no_grad():
-            alpha = acceptance_alpha_from_hidden(draft.detach(), target, weight, mask=mask,
-                                                 temperature=config.temperature)  # [M, depth]
         loss_sum, d_tv_sum = loss.detach().double() * count, (1.0 - alpha.double()).mean(-1).sum()
     distributed.all_reduce_grads(head.parameters())
     grad_norm = torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)  # before clipping

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from bebop import distributed
-from bebop.losses import acceptance_alpha_from_hidden, draft_loss_from_hidden
+from bebop.losses import draft_loss_and_alpha_from_hidden
 from bebop.models.mtp import MTPHead, chain_targets
 
 OBJECTIVE = {"online-tv": "e2e_tv", "online-ce": "ce"}
@@ -104,12 +104,10 @@ class OnlineMTP:
         returns (their mean loss, their sum over anchors of the mean d_TV over steps)."""
         weight = backbone.lm_head.weight.detach()[: self.vocab_limit]  # [V, d]
         draft_hidden = self.head.chain_hidden(backbone, hidden, tokens, self.depth)  # [b, L, γ, d]
-        loss = draft_loss_from_hidden(draft_hidden, target_hidden, weight, objective=self.objective, labels=labels,
-                                      mask=mask, temperature=self.temperature)
+        loss, alpha = draft_loss_and_alpha_from_hidden(draft_hidden, target_hidden, weight, objective=self.objective,
+                                                       labels=labels, mask=mask,
+                                                       temperature=self.temperature)  # [], [M, γ]
         (loss * share).backward()
-        with torch.no_grad():
-            alpha = acceptance_alpha_from_hidden(draft_hidden.detach(), target_hidden, weight, mask=mask,
-                                                 temperature=self.temperature)  # [M, γ]
         return float(loss.detach()), float((1 - alpha).mean(-1).sum())
 
     def state_dict(self) -> dict | None:

@@ -142,9 +142,8 @@ class Trainer:
         last = self.writer.last_step
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
-        self._warned_without_signal = False
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
-        self._last_update_interval = (0.0, 0.0)
+        self._last_update_interval, self._warned_without_signal = (0.0, 0.0), False
 
     # ------------------------------------------------------------------------------------------ setup
     def _set_threads(self) -> None:

@@ -10,7 +10,8 @@ whose first `--prompt-len` tokens are prompt (their anchors are not trained):
              [B, T, depth, V] draft logits and the aligned target logits at every anchor, masked ones included,
              go through `draft_loss` in float32; a second full pass logs d_TV
     chunked  `bebop.heads.step.train_step`: the batch caches hidden states [B, T, d] only; valid anchors
-             go through the LM head in checkpointed row chunks (`bebop.losses.draft_loss_from_hidden`)
+             go through the LM head in checkpointed row chunks, whose logits give the loss and the logged d_TV
+             together (`bebop.losses.draft_loss_and_alpha_from_hidden`)
 
 Each variant runs in a fresh process (`bebop.commands.bench.worker`): the model, the batch, the head, its
 optimiser state and one warm-up step on a short batch exist before the peak window opens, so the peak is what
