@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from bebop.rl import OnlineMTP, RLConfig, Trainer
 from bebop.rl.batch import align, collect, sample_examples
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.shared_prompt import micro_batches, prompt_groups
+from bebop.rl.trainer import SILENT_GROUPS
 from bebop.runlog import load_run
 
 
@@ -304,13 +306,17 @@ class Unsolvable(Digits):
 
 
 def test_a_run_without_reward_signal_says_so_once(pair, tok, tmp_path):
+    """Warned once, when the run's first SILENT_GROUPS groups all scored alike; fewer such groups are ordinary GRPO."""
     model, head = pair
-    config = RLConfig.tiny(prompts_per_step=2, group_size=2, max_new_tokens=8, steps=2)
-    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "flat", task=Unsolvable())
-    with pytest.warns(UserWarning, match="every group's completions scored the same") as caught:
-        records = trainer.run()
+    few = RLConfig.tiny(prompts_per_step=2, group_size=2, max_new_tokens=8, steps=2)  # 4 groups in all
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records = Trainer(few, model, tok, head=head, run_dir=tmp_path / "few", task=Unsolvable()).run()
     assert [r["critic/groups_with_signal"] for r in records] == [0.0, 0.0]
-    assert sum("scored the same" in str(w.message) for w in caught) == 1  # once per run, not every step
+    many = RLConfig.tiny(prompts_per_step=SILENT_GROUPS // 2, group_size=2, max_new_tokens=8, steps=3)
+    with pytest.warns(UserWarning, match=f"none of the run's first {SILENT_GROUPS} groups") as caught:
+        Trainer(many, model, tok, head=head, run_dir=tmp_path / "many", task=Unsolvable()).run()
+    assert sum("scored differently" in str(w.message) for w in caught) == 1  # once per run, not every step
 
 
 def test_align_masks_prompt_padding_and_env_tokens():

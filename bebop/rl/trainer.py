@@ -76,6 +76,9 @@ class UpdateResult:
     interval: tuple[float, float]  # time.perf_counter() at the update's start and end
 
 
+SILENT_GROUPS = 16  # groups without any reward signal before a run warns that GRPO has nothing to learn from
+
+
 class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
@@ -143,7 +146,7 @@ class Trainer:
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
-        self._last_update_interval, self._warned_without_signal = (0.0, 0.0), False
+        self._last_update_interval, self._signal = (0.0, 0.0), [0, 0]  # [groups, groups with a reward signal]
 
     # ------------------------------------------------------------------------------------------ setup
     def _set_threads(self) -> None:
@@ -325,13 +328,16 @@ class Trainer:
         return list(self.history)
 
     def _warn_without_signal(self, step: int, record: dict) -> None:
-        """Once per run: a step whose every group scored alike taught the policy nothing (a silent failure of GRPO
-        runs on a task the model cannot yet solve)."""
-        if record["critic/groups_with_signal"] == 0 and not self._warned_without_signal:
-            self._warned_without_signal = True
-            warnings.warn(f"step {step}: every group's completions scored the same (mean reward "
-                          f"{record['critic/score/mean']:.2f}), so every advantage is 0 and the update left the policy "
-                          "as it was; critic/groups_with_signal logs the share of groups GRPO learns from",
+        """Once per run, when none of its first SILENT_GROUPS groups scored unevenly: the run teaches the policy
+        nothing (a task the model cannot yet solve), which nothing else in its logs makes loud. A single step
+        without signal is ordinary GRPO at a small batch; that many groups is not."""
+        groups = self.config.prompts_per_step
+        seen, signal = self._signal[0] + groups, self._signal[1] + round(record["critic/groups_with_signal"] * groups)
+        self._signal = [seen, signal]
+        if signal == 0 and seen >= SILENT_GROUPS > seen - groups:
+            warnings.warn(f"step {step}: none of the run's first {seen} groups had completions that scored "
+                          f"differently (mean reward {record['critic/score/mean']:.2f}), so every advantage was 0 and "
+                          "the updates left the policy as it was; critic/groups_with_signal logs the share per step",
                           stacklevel=2)
 
     def _record(self, step: int, batch: RolloutBatch, update: UpdateResult, wait: float, last_end: float) -> dict:
