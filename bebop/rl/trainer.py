@@ -146,7 +146,7 @@ class Trainer:
         if last is not None and last >= self.start_step:
             self.writer.rewind(self.start_step - 1)  # rows logged after the checkpoint are recomputed
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
-        self._last_update_interval, self._signal = (0.0, 0.0), [0, 0]  # [groups, groups with a reward signal]
+        self._last_update_interval, self._signal = (0.0, 0.0), (0, False)  # (groups so far, any with a signal)
 
     # ------------------------------------------------------------------------------------------ setup
     def _set_threads(self) -> None:
@@ -332,9 +332,9 @@ class Trainer:
         nothing (a task the model cannot yet solve), which nothing else in its logs makes loud. A single step
         without signal is ordinary GRPO at a small batch; that many groups is not."""
         groups = self.config.prompts_per_step
-        seen, signal = self._signal[0] + groups, self._signal[1] + round(record["critic/groups_with_signal"] * groups)
-        self._signal = [seen, signal]
-        if signal == 0 and seen >= SILENT_GROUPS > seen - groups:
+        seen, heard = self._signal[0] + groups, self._signal[1] or record["critic/groups_with_signal"] > 0
+        self._signal = (seen, heard)
+        if not heard and seen >= SILENT_GROUPS > seen - groups:
             warnings.warn(f"step {step}: none of the run's first {seen} groups had completions that scored "
                           f"differently (mean reward {record['critic/score/mean']:.2f}), so every advantage was 0 and "
                           "the updates left the policy as it was; critic/groups_with_signal logs the share per step",
