@@ -80,8 +80,9 @@ def test_the_cuda_graph_engine_path_on_cpu_caps_its_graphs_and_matches_eager(mon
                                        atol=1e-5, rtol=0)
     counts = {name: len(calls) for name, calls in graphs.items()}
     assert {name: counts.get(name) for name in STEP_PHASES} == dict.fromkeys(STEP_PHASES, 1), counts
-    # Prefill is not graphed; its forwards see a lone fed row (a size of 1) and several.
-    assert counts["forward"] <= 2 and counts["forward_cached"] <= 2, counts
+    # Prefill is not graphed; its forwards see a lone fed row (a size of 1) and several; the head's also one position
+    # per row after a prompt rows share (`Engine._feed`: a width of 1).
+    assert counts["forward"] <= 2 and counts["forward_cached"] <= 3, counts
     assert _float_inputs(graphs) == []
 
 

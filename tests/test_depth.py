@@ -167,3 +167,29 @@ def test_bad_observations():
         controller.observe(1, 1, 1.0, [2])
     with pytest.raises(ValueError, match="rows"):
         controller.choose(0)
+
+
+def test_a_drafting_depth_is_priced_by_the_line_through_every_drafting_depth_of_its_bucket():
+    """One slow step at γ = 2 (another process took the cores) against five steps each at γ = 1 and 3: the line
+    through the bucket's drafting cells, weighted by their samples, prices γ = 2 near its neighbours, not at 9 s."""
+    controller = DepthController(DepthConfig(max_gamma=3))
+    for _ in range(5):
+        controller.observe(8, 1, 2.0, [1] * 8)
+        controller.observe(8, 3, 4.0, [3] * 8)
+    controller.observe(8, 2, 9.0, [2] * 8)
+    assert controller.cost_table()[8, 2] == 9.0
+    assert 3.0 < controller.cost(8, 2) < 4.0
+
+
+def test_a_bucket_measures_the_side_of_the_head_it_only_borrowed():
+    """Drafting loses at 32 rows; 2 rows start from plain decoding there, then measure drafting themselves (the
+    ratio of a draft to a plain step falls with rows) instead of pricing it by 32 rows' ratio for good."""
+    controller = DepthController(DepthConfig(max_gamma=2, probe_every=0))
+    for gamma, seconds in ((0, 1.0), (1, 3.0), (2, 4.0)):
+        controller.observe(32, gamma, seconds, [min(gamma, 1)] * 32)
+    assert controller.decide(32).gamma == 0
+    first = controller.decide(2)
+    assert first.gamma == 0 and first.probe
+    controller.observe(2, 0, 0.5, [0, 0])
+    second = controller.decide(2)
+    assert second.gamma > 0 and second.probe

@@ -121,6 +121,38 @@ def check_first_three_tokens(method: str, device: torch.device, *, compile: bool
         assert chisquare(f_obs.numpy(), (w_exp * f_obs.sum() / w_exp.sum()).numpy()).pvalue < 1e-6
 
 
+@pytest.mark.parametrize("gamma", [0, 2])
+def test_a_shared_prompt_is_prefilled_once_and_decodes_as_if_each_row_had_its_own(tiny_pair, gamma, monkeypatch):
+    """A GRPO group's rows share their prompt: the prefill runs it once and copies its K/V (the head's too), and the
+    rollout is the one every row prefilled on its own gives, token for token and log-prob for log-prob."""
+    import bebop.engine.generate as generate
+
+    model, head = tiny_pair
+    prompts = [PROMPTS[0]] * 3 + [PROMPTS[1]] * 2 + [PROMPTS[0][:2]] + [PROMPTS[1]]  # [7], 3 distinct
+    config = GenerationConfig(max_new_tokens=12, gamma=gamma, seed=3)
+    engine = Engine(model, head if gamma else None)
+    widths = []
+    prefill = engine.target_step
+    engine.target_step = lambda tokens, *a, **k: (widths.append(tuple(tokens.shape)), prefill(tokens, *a, **k))[1]
+    shared = engine.generate(prompts, config)
+    assert widths[0] == (3, len(PROMPTS[1]))  # the prefill: one row per distinct prompt
+    own_rows = lambda feeds: (list(range(len(feeds))), list(range(len(feeds))))  # noqa: E731
+    monkeypatch.setattr(generate, "shared_runs", own_rows)
+    alone = Engine(model, head if gamma else None).generate(prompts, config)
+    assert shared.tokens == alone.tokens and shared.origin == alone.origin
+    assert shared.tokens[0] != shared.tokens[1] or shared.tokens[1] != shared.tokens[2]  # each row draws its own
+    for a, b in zip(shared.logprobs, alone.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_shared_runs():
+    from bebop.engine.batch import shared_runs
+
+    feeds = [(0, 0, [1, 2]), (1, 0, [3]), (2, 0, [1, 2]), (3, 5, [1, 2]), (4, 5, [1, 2]), (5, 0, [3])]
+    # Prompts at 0 are shared; feeds past a row's own transcript (start 5) never are.
+    assert shared_runs(feeds) == ([0, 1, 3, 4], [0, 1, 0, 2, 3, 1])
+
+
 def test_logprobs_and_entropy_match_a_full_forward(tiny_pair):
     model, head = tiny_pair
     rollout = Engine(model, head).generate(PROMPTS, GenerationConfig(max_new_tokens=20, gamma=3, seed=0))

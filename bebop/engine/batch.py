@@ -76,6 +76,25 @@ def pad_feeds(feeds: list[tuple[int, int, list[int]]], device) -> tuple[torch.Te
     return tokens, starts, last
 
 
+def shared_runs(feeds: list[tuple[int, int, list[int]]]) -> tuple[list[int], list[int]]:
+    """Which feeds to prefill and where every feed's K/V comes from: (the feeds to run: the first of each prompt
+    that several feeds share, every other feed once; for each feed, its position among them). Only feeds at
+    position 0 are shared (a fresh prompt, nothing cached before it: the same tokens give the same K/V); a
+    feed further on, after a row's own transcript, is its own."""
+    first: dict[tuple[int, ...], int] = {}
+    run, position = [], []
+    for j, (_, start, tokens) in enumerate(feeds):
+        key = tuple(tokens) if start == 0 else None
+        if key is None or key not in first:
+            if key is not None:
+                first[key] = len(run)
+            position.append(len(run))
+            run.append(j)
+        else:
+            position.append(first[key])
+    return run, position
+
+
 @contextmanager
 def rows_of(cache: KVCache, index: torch.Tensor, whole: bool) -> Iterator[KVCache]:
     """Rows `index` of `cache` to write into: the cache itself when they are all of it, else a copy of them that is

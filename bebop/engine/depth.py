@@ -16,18 +16,23 @@ none is a constant of the machine:
                 median, not a mean, because on a shared machine one step in a few takes several times as long
                 (another process got the cores) and one such step must not price a depth out for good. A cell's
                 first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
+                Plain decoding is priced by its cell; a drafting depth, once two are measured at the bucket, by the
+                least-squares line through the bucket's drafting cells, each weighted by its samples (every draft
+                position adds a head pass and a verified token per row, so a step's cost is close to linear in
+                γ >= 1, measured on CPU; the jump from γ = 0 to 1 is the head's own cost and stays out of the line):
+                a depth run rarely, or once in a slow patch, is priced by every drafting step of its bucket.
                 A plain step runs without the head (the engine catches the head up in one forward when a step
                 drafts again); that catch-up is a price of switching, not of the depth, so it stays out of the
                 table (`observe(switch_s=)`) and counts against the probe budget instead.
 
-Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). A depth
-measured at no bucket is then priced on the line through the two depths measured here nearest to it (each draft
-position adds a head pass and a verified token per row; where a step's cost grows less than linearly in γ the line
-errs on the dear side, which probes of the best's neighbour correct), and is run only when that estimate makes it
-the best: a deep γ that cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth
-the nearest measured bucket finds best. A cell not yet measured at this bucket is estimated from the nearest bucket
-that measured both it and a γ measured here, scaled by the ratio of the two (what matters for the argmax is
-cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio).
+Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). Deeper depths
+are then priced on the line, and run only when that estimate makes them the best: a deep γ that cannot pay is never
+run to find out. A bucket with nothing measured yet starts at the depth the nearest measured bucket finds best. A
+cell the bucket cannot price itself is estimated from the nearest bucket that prices both it and a depth measured
+here (a drafting one for a drafting depth), scaled by the ratio of the two (what matters for the argmax is
+cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio). The ratio across the head's
+jump does move with rows (the fewer rows, the less a draft costs against a plain step), so a bucket that has
+measured only one side of it (plain decoding, or drafting) measures the other side's best estimate once.
 
 Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
 patch must get another chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs a
@@ -101,6 +106,20 @@ class _Cell:
         return statistics.median_low(self.recent)  # of two, the lower: slowdowns on a shared machine only add
 
 
+def _fitted_line(cells: Mapping[int, _Cell], gamma: int) -> float:
+    """The cost at depth γ on the weighted least-squares line through {depth: cell} (>= 2 depths; weights: each
+    cell's samples in its window), its slope kept >= 0 (a deeper draft never costs less); where the line extrapolated
+    below the measured depths reaches 0, the cheapest cell."""
+    weights = {g: float(len(cell.recent)) for g, cell in cells.items()}
+    total = sum(weights.values())
+    mean_g = sum(w * g for g, w in weights.items()) / total
+    mean_s = sum(w * cells[g].seconds for g, w in weights.items()) / total
+    spread = sum(w * (g - mean_g) ** 2 for g, w in weights.items())
+    slope = max(0.0, sum(w * (g - mean_g) * (cells[g].seconds - mean_s) for g, w in weights.items()) / spread)
+    cost = mean_s + slope * (gamma - mean_g)
+    return cost if cost > 0 else min(cell.seconds for cell in cells.values())
+
+
 @dataclass(frozen=True)
 class Choice:
     """One decision and its reasons: the depth, the acceptance it expected and the step cost it used."""
@@ -155,41 +174,33 @@ class DepthController:
 
     def cost(self, rows: int, gamma: int) -> float:
         """Estimated seconds of a step at `rows` rows and depth γ (module docstring): this bucket's own estimate
-        (`_at`), else one scaled from the nearest bucket that has one and shares a measured depth with this one;
-        else inf while γ is to be explored (measured nowhere, no line anywhere), nan otherwise."""
+        (`_own`), else one scaled from the nearest bucket that has one and shares a measured depth with this one;
+        else inf while γ is to be explored (no bucket has an estimate of it), nan otherwise."""
         bucket = row_bucket(rows)
-        own = self._at(bucket, gamma)
+        own = self._own(bucket, gamma)
         if math.isfinite(own):
             return own
-        here = [g for b, g in self._cells if b == bucket]
-        for other in sorted({b for b, _ in self._cells} - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
-            there, shared = self._at(other, gamma), [g for g in here if (other, g) in self._cells]
-            if math.isfinite(there) and shared:
-                ref = min(shared, key=lambda g: abs(g - gamma))
-                return self._cells[bucket, ref].seconds * there / self._cells[other, ref].seconds
-        explore = all(g != gamma for _, g in self._cells) and all(
-            math.isinf(self._on_the_line(b, gamma)) for b in {b for b, _ in self._cells})
-        return math.inf if explore else math.nan
+        here = {g for b, g in self._cells if b == bucket}
+        buckets = {b for b, _ in self._cells}
+        for other in sorted(buckets - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
+            there = self._own(other, gamma)
+            shared = [g for g in here if math.isfinite(self._own(other, g))]
+            if math.isfinite(there) and shared:  # a drafting depth scales a drafting one: same side of the head
+                ref = min(shared, key=lambda g: ((g == 0) != (gamma == 0), abs(g - gamma)))
+                return self._own(bucket, ref) * there / self._own(other, ref)
+        return math.inf if all(math.isnan(self._own(b, gamma)) for b in buckets) else math.nan
 
-    def _at(self, bucket: int, gamma: int) -> float:
-        """γ's cost at `bucket` from that bucket alone: its measurement; for a γ measured at no bucket, its line
-        through the bucket's depths (inf when it has none); else nan."""
-        cell = self._cells.get((bucket, gamma))
-        if cell is not None:
-            return cell.seconds
-        if any(g == gamma for _, g in self._cells):
-            return math.nan
-        return self._on_the_line(bucket, gamma)
-
-    def _on_the_line(self, bucket: int, gamma: int) -> float:
-        """The cost of depth γ on the line through the two depths measured at `bucket` nearest to it (slope >= 0),
-        or inf (γ = 0, 1, 2 not all measured there yet, or a line that reaches 0: measure it instead)."""
-        here = sorted((g for b, g in self._cells if b == bucket), key=lambda g: (abs(g - gamma), g))
-        if len(here) < min(3, self.config.max_gamma + 1):
-            return math.inf
-        (g1, c1), (g2, c2) = ((g, self._cells[bucket, g].seconds) for g in here[:2])
-        cost = c1 + max(0.0, (c2 - c1) / (g2 - g1)) * (gamma - g1)
-        return cost if cost > 0 else math.inf
+    def _own(self, bucket: int, gamma: int) -> float:
+        """γ's cost at `bucket` from that bucket's measurements alone, nan where they give none: plain decoding its
+        cell; a drafting depth its value on the line fitted to the bucket's drafting cells once two depths are
+        measured there (each cell weighted by its samples), or its own cell while it is the only one."""
+        if gamma == 0:
+            cell = self._cells.get((bucket, 0))
+            return math.nan if cell is None else cell.seconds
+        drafting = {g: cell for (b, g), cell in self._cells.items() if b == bucket and g > 0}
+        if len(drafting) < 2:
+            return drafting[gamma].seconds if gamma in drafting else math.nan
+        return _fitted_line(drafting, gamma)
 
     def _value(self, rows: int, gamma: int) -> float:
         cost = self.cost(rows, gamma)
@@ -214,6 +225,12 @@ class DepthController:
             return self._choice(rows, best, probe=True)
         best = max((g for g in range(k + 1) if not math.isnan(values[g])), key=lambda g: (values[g], -g))
         unmeasured = math.isinf(values[best])
+        # A side of the head (plain decoding, or drafting) this bucket has not measured yet is priced by another
+        # bucket's ratio, which rows move (the fewer rows, the less a draft costs against a plain step): measure
+        # its best estimate once before trusting the other side.
+        other = [g for g in range(k + 1) if (g == 0) != (best == 0) and not math.isnan(values[g])]
+        if not unmeasured and other and all((g == 0) == (best == 0) for b, g in self._cells if b == bucket):
+            return self._choice(rows, max(other, key=lambda g: (values[g], -g)), probe=True)
         probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
         if probe_now and not unmeasured:
             self._probe = (bucket, tick, self.cost(rows, best))

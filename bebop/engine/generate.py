@@ -26,36 +26,18 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.fx.experimental import _config as fx_config
-from torch.utils._pytree import tree_map_only
 
-from bebop.engine.batch import Batch, pad_feeds, rows_of
+from bebop.engine.batch import Batch, pad_feeds, rows_of, shared_runs
 from bebop.engine.buckets import Buckets, CachePool
-from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters, pool_depths, spec_counts
-from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request
+from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters
+from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
-from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, unpack_host_row, verify_rows
+from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
-from bebop.metrics import derive, entropy
+from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
 from bebop.sampling import probs_from_logits, sample
-
-
-def _graphed(fn):
-    """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses.
-
-    Compiled under two settings that keep the graphs to one per phase and sampling setting (tests/test_cuda_wiring):
-    Python floats (temperature, top-p) are compiled in as constants, one graph per value (left symbolic, each would
-    enter the graph as a CPU scalar tensor, and inductor does not replay a graph with a CPU input as a CUDA graph);
-    and sizes that happen to be equal get no shared symbol ("duck shapes"): a row bucket equal to the kv heads or
-    to the step's width would tie the two, then fix both, and the next bucket would compile again."""
-    compiled = torch.compile(fn, dynamic=True, mode="reduce-overhead")
-
-    def run(*args, **kwargs):
-        with torch._dynamo.config.patch(specialize_float=True), fx_config.patch(use_duck_shape=False):
-            return tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
-    return run
 
 
 class Engine:
@@ -116,7 +98,7 @@ class Engine:
         self.target_step = wrap(model.forward)
         self.head_step = None if mtp is None else wrap(mtp.forward_cached)
         # A decoding step's device work (bebop.engine.step), each phase one graph when compiled.
-        step_wrap = _graphed if self.cudagraphs else wrap
+        step_wrap = graphed if self.cudagraphs else wrap
         self.draft_step, self.verify_step, self.catch_up_step = (step_wrap(f) for f in (draft, verify_rows, catch_up))
 
     @property
@@ -164,7 +146,7 @@ class Engine:
                 controller.observe(rows, choice.gamma, seconds, accepted, switch_s=switch_s)
                 choices.append((choice, seconds))
         wall = time.perf_counter() - start
-        stats = self._stats(out, verdicts, timing, wall, (steps, row_steps), config)
+        stats = decode_stats(out, verdicts, timing, wall, (steps, row_steps), config)
         if controller is not None:
             stats.update(depth_counters(choices, config.max_gamma))
         return out.build(stats)
@@ -209,43 +191,76 @@ class Engine:
 
         feeds: (row in batch, start position, tokens) — a prompt at 0, or [stop token, env reply...] where a row
         parked. Those rows' caches get the tokens at start.., their pending token becomes the sample, and the
-        head's cache is caught up so its step-1 draft is ready. Returns [token, logprob, entropy] per feed."""
+        head's cache is caught up so its step-1 draft is ready. A prompt several rows share (a GRPO group's) is
+        run once and its K/V copied to the others (`shared_runs`); each row still draws its own next token.
+        Returns [token, logprob, entropy] per feed."""
         if batch.head_lag:  # the feed writes the head's entries from `start` on: the ones before must be there
             self._catch_up_head(batch)
+        run, position = shared_runs(feeds)
         slots = [batch.slots[i] for i, _, _ in feeds]
-        index = upload(slots, self.device)  # [F]
-        tokens, starts, last = pad_feeds(feeds, self.device)  # [F, W], [F], [F]
-        rows = torch.arange(len(feeds), device=self.device)  # [F]
+        tokens, starts, last = pad_feeds([feeds[j] for j in run], self.device)  # [U, W], [U], [U]
         kv_len = max(s for _, s, _ in feeds) + tokens.shape[1]
-        whole = slots == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-cache copies
         for cache in (batch.cache, batch.draft_cache):
             if cache is not None and kv_len > cache.max_len:
                 cache.grow(self.buckets.cache_len(kv_len))
                 if self.pool is not None:
                     self.pool.mark(cache)
-        with rows_of(batch.cache, index, whole) as cache:
+        # Where each row's K/V comes from: (rows that copy, the rows they copy), both [F - U] slots.
+        copies = [(slots[j], slots[run[position[j]]]) for j in range(len(feeds)) if run[position[j]] != j]
+        copies = tuple(upload(list(c), self.device) for c in zip(*copies)) if copies else None
+        run_index = upload([slots[j] for j in run], self.device)  # [U]
+        whole = [slots[j] for j in run] == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-caches
+        with rows_of(batch.cache, run_index, whole) as cache:
             cache.lengths.copy_(starts)
-            _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [F, W, d]
-            target_probs = self._probs(self.model.lm_logits(hidden[rows, last]), config)  # [F, V]
-            token = sample(target_probs, generator)  # [F]
+            _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [U, W, d]
             cache.lengths += last + 1
+        if copies is not None:
+            batch.cache.copy_rows(copies[1], copies[0])
+        hidden_last = hidden[torch.arange(len(run), device=self.device), last]  # [U, d]
+        target_probs = self._probs(self.model.lm_logits(hidden_last), config)  # [U, V]
+        if copies is not None:
+            gather = upload(position, self.device)  # [F]
+            hidden_last, target_probs = hidden_last[gather], target_probs[gather]  # [F, d], [F, V]
+        token = sample(target_probs, generator)  # [F]: one draw per row, shared prompt or not
+        index = upload(slots, self.device)  # [F]
         if batch.draft_cache is not None:
-            # The head's entry at position i pairs h_i with token i+1; the last one is the step-1 draft query.
-            next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [F, W]
-            next_tokens[rows, last] = token
-            with rows_of(batch.draft_cache, index, whole) as draft_cache:
-                draft_cache.lengths.copy_(starts)
-                _, draft_hidden = self.head_step(self.model, hidden, next_tokens, draft_cache,
-                                                 kv_len=kv_len, compute_logits=False)  # [F, W, d]
-                draft_cache.lengths += last + 1
-            batch.draft_hidden[index] = draft_hidden[rows, last][:, None]  # [F, 1, d]
-            batch.draft_logits[index] = self.mtp.logits(self.model, batch.draft_hidden[index])[:, 0]  # [F, V]
+            whole_feed = slots == list(range(batch.capacity))
+            self._feed_head(batch, (index, run_index, whole, whole_feed, copies), hidden, hidden_last, tokens, token,
+                            starts, last, kv_len)
         batch.pending[index] = token
         for (i, s, feed) in feeds:
             batch.lengths[i] = s + len(feed)
         logp = target_probs.gather(-1, token[:, None])[:, 0].log()  # [F]
         table = torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1)  # [F, 3]
         return host_copy(table).tolist()  # HOST SYNC (a feed: the prefill, or a step's rows that got env replies)
+
+    def _feed_head(self, batch: Batch, rows: tuple, hidden, hidden_last, tokens, token, starts, last,
+                   kv_len: int) -> None:
+        """The head's part of `_feed`: its entry at position i pairs h_i with token i+1, the last one (the step-1
+        draft query) the row's sampled token. rows = (the feeds' slots [F], the run's [U], whether each of the two is
+        the whole batch in order, copies as in `_feed`). Shared prompts: the run's entries, copied, then one more
+        position per row."""
+        index, run_index, whole, whole_feed, copies = rows
+        next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [U, W]
+        if copies is None:
+            next_tokens[torch.arange(len(token), device=self.device), last] = token
+        with rows_of(batch.draft_cache, run_index, whole) as draft_cache:
+            draft_cache.lengths.copy_(starts)
+            _, out = self.head_step(self.model, hidden, next_tokens, draft_cache, kv_len=kv_len,
+                                    compute_logits=False)  # [U, W, d]
+            draft_cache.lengths += last + 1
+        if copies is None:
+            query = out[torch.arange(len(token), device=self.device), last]  # [F, d]
+        else:  # the last entry again, now with each row's own token (its K/V from the run's was a placeholder)
+            batch.draft_cache.copy_rows(copies[1], copies[0])
+            with rows_of(batch.draft_cache, index, whole_feed) as draft_cache:
+                draft_cache.lengths -= 1
+                _, out = self.head_step(self.model, hidden_last[:, None], token[:, None], draft_cache,
+                                        kv_len=kv_len, compute_logits=False)  # [F, 1, d]
+                draft_cache.lengths += 1
+            query = out[:, 0]  # [F, d]
+        batch.draft_hidden[index] = query[:, None]  # [F, 1, d]
+        batch.draft_logits[index] = self.mtp.logits(self.model, batch.draft_hidden[index])[:, 0]  # [F, V]
 
     def _settle(self, batch: Batch, feeds, config, generator, out: RolloutBuilder) -> None:
         """Feed, then keep feeding rows whose first sampled token was a stop the env replied to; drop finished rows."""
@@ -367,28 +382,3 @@ class Engine:
         cache.lengths += tokens.shape[1]
         batch.draft_hidden = out[:, -1:]  # [P, 1, d]: the next step-1 draft query
         batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [P, V]
-
-    def _stats(self, out: RolloutBuilder, verdicts: dict, timing, wall: float, steps: tuple[int, int],
-               config) -> dict:
-        steps, row_steps = steps
-        generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
-        stats = {
-            "num_prompts": len(out.tokens),
-            "num_generated_tokens": generated,
-            "num_steps": steps,
-            "wall_time_s": wall,
-            "tokens_per_s": generated / wall if wall > 0 else 0.0,
-            # Counters of the decode loop (sums, so they pool over rollouts and steps): what the Speed page's
-            # bound divides by, per verify step, instead of assumed costs.
-            "engine/num_steps": steps,
-            **{f"engine/{k}_s": v for k, v in timing.items()},
-            # Rows decoded per step, summed: tokens per row-step = 1 + accepted / this, whatever depths ran.
-            "engine/num_row_steps": row_steps,
-        }
-        if config.depth > 0:
-            counts = [spec_counts(verdicts.get(g, []), g, config.method) for g in sorted({config.depth, *verdicts})]
-            counts = pool_depths(counts) if config.auto else counts[0]
-            stats.update(counts)
-            stats.update(derive(counts))
-        return stats
-

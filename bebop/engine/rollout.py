@@ -16,7 +16,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from bebop.engine.depth import pool_depths, spec_counts
 from bebop.engine.stops import Decode, Stop, StopMatcher
+from bebop.metrics import derive
 from bebop.verify import METHODS
 
 # Where each token of a completion came from. "plain": sampled straight from the target (plain decoding, and the
@@ -198,3 +200,30 @@ class RolloutBuilder:
 
     def build(self, stats: dict[str, Any]) -> Rollout:
         return Rollout(self.tokens, self.logprobs, self.entropy, self.origin, self.finish, self.stops, stats)
+
+
+def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float, steps: tuple[int, int],
+                 config: GenerationConfig) -> dict:
+    """A generate() call's stats: counts, wall time, the decode loop's counters and, where it drafted, the
+    verification counters (`SpecCounters`) of its verdicts {γ: [[num_accepted, H(p_1..p_γ)] per verified row]}."""
+    steps, row_steps = steps
+    generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
+    stats = {
+        "num_prompts": len(out.tokens),
+        "num_generated_tokens": generated,
+        "num_steps": steps,
+        "wall_time_s": wall,
+        "tokens_per_s": generated / wall if wall > 0 else 0.0,
+        # Counters of the decode loop (sums, so they pool over rollouts and steps): what the Speed page's
+        # bound divides by, per verify step, instead of assumed costs.
+        "engine/num_steps": steps,
+        **{f"engine/{k}_s": v for k, v in timing.items()},
+        # Rows decoded per step, summed: tokens per row-step = 1 + accepted / this, whatever depths ran.
+        "engine/num_row_steps": row_steps,
+    }
+    if config.depth > 0:
+        counts = [spec_counts(verdicts.get(g, []), g, config.method) for g in sorted({config.depth, *verdicts})]
+        counts = pool_depths(counts) if config.auto else counts[0]
+        stats.update(counts)
+        stats.update(derive(counts))
+    return stats

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.fx.experimental import _config as fx_config
+from torch.utils._pytree import tree_map_only
 
 from bebop.metrics import entropy
 from bebop.models.kvcache import KVCache
@@ -141,3 +143,19 @@ def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accept
     draft_cache.lengths += num_accepted + 1
     cache.lengths += num_accepted + 1
     return draft_hidden, mtp.logits(model, draft_hidden)[:, 0]
+
+
+def graphed(fn):
+    """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses.
+
+    Compiled under two settings that keep the graphs to one per phase and sampling setting (tests/test_cuda_wiring):
+    Python floats (temperature, top-p) are compiled in as constants, one graph per value (left symbolic, each would
+    enter the graph as a CPU scalar tensor, and inductor does not replay a graph with a CPU input as a CUDA graph);
+    and sizes that happen to be equal get no shared symbol ("duck shapes"): a row bucket equal to the kv heads or
+    to the step's width would tie the two, then fix both, and the next bucket would compile again."""
+    compiled = torch.compile(fn, dynamic=True, mode="reduce-overhead")
+
+    def run(*args, **kwargs):
+        with torch._dynamo.config.patch(specialize_float=True), fx_config.patch(use_duck_shape=False):
+            return tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+    return run

@@ -91,6 +91,13 @@ class KVCache:
         self.v.index_copy_(1, rows, sub.v)
         self.lengths.index_copy_(0, rows, sub.lengths)
 
+    def copy_rows(self, source: torch.Tensor, rows: torch.Tensor) -> None:
+        """Rows `rows` ([N] long) become copies of rows `source` ([N] long), lengths included: a prompt that
+        several rows share is prefilled into one of them and copied to the others."""
+        self.k.index_copy_(1, rows, self.k.index_select(1, source))
+        self.v.index_copy_(1, rows, self.v.index_select(1, source))
+        self.lengths.index_copy_(0, rows, self.lengths.index_select(0, source))
+
     def copy_rows_to(self, rows: torch.Tensor, out: "KVCache") -> None:
         """Write rows `rows` ([out.batch] long) of this cache into `out`'s own buffers (same max_len): a `keep` into
         preallocated buffers, whose addresses stay (what CUDA graphs record)."""
