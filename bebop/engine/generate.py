@@ -208,8 +208,9 @@ class Engine:
         # Where each row's K/V comes from: (rows that copy, the rows they copy), both [F - U] slots.
         copies = [(slots[j], slots[run[position[j]]]) for j in range(len(feeds)) if run[position[j]] != j]
         copies = tuple(upload(list(c), self.device) for c in zip(*copies)) if copies else None
-        run_index = upload([slots[j] for j in run], self.device)  # [U]
-        whole = [slots[j] for j in run] == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-caches
+        run_slots = [slots[j] for j in run]
+        run_index = upload(run_slots, self.device)  # [U]
+        whole = run_slots == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-caches
         with rows_of(batch.cache, run_index, whole) as cache:
             cache.lengths.copy_(starts)
             _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [U, W, d]
