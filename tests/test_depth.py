@@ -30,14 +30,21 @@ def _cpu_like(rows: int, gamma: int) -> float:
     return 1.0 + gamma * (0.05 + 0.04 * rows)
 
 
+def _best(value, depths=range(6)) -> int:
+    """The depth the controller should choose given true tokens/s value(γ): the shallowest within its margin of the
+    highest."""
+    top, margin = max(value(g) for g in depths), DepthConfig(max_gamma=1).margin
+    return min(g for g in depths if value(g) >= (1 - margin) * top)
+
+
 def test_the_three_shallowest_depths_are_measured_first_and_deeper_ones_priced_on_their_line():
     controller = DepthController(DepthConfig(max_gamma=4))
     chosen = _run(controller, 8, 3, _cpu_like, alpha=0.9)
     assert chosen == [0, 1, 2] and set(controller.cost_table()) == {(8, 0), (8, 1), (8, 2)}
     assert [controller.cost(8, g) for g in (3, 4)] == pytest.approx([_cpu_like(8, g) for g in (3, 4)])
-    chosen += _run(controller, 8, 3, _cpu_like, alpha=0.9)  # γ = 4 is the best estimate: measured next
+    chosen += _run(controller, 8, 3, _cpu_like, alpha=0.9)  # priced on the line, γ = 3 is chosen: measured next
     value = lambda g: (1 + sum(0.9 ** j for j in range(1, g + 1))) / _cpu_like(8, g)  # noqa: E731
-    assert chosen[3] == max(range(5), key=value) == 4
+    assert chosen[3] == _best(value, range(5)) == 3 and max(range(5), key=value) == 4  # γ = 4: within the margin
 
 
 def test_a_deep_depth_that_cannot_pay_is_never_run():
@@ -49,11 +56,13 @@ def test_a_deep_depth_that_cannot_pay_is_never_run():
 
 @pytest.mark.parametrize("rows", [2, 32])
 def test_probes_cost_at_most_their_budget(rows):
-    """While plain decoding wins, probes of γ = 1 keep acceptance and costs measured; they cost beyond plain steps
-    at most probe_budget of the time (after the first three steps' exploration)."""
-    config = DepthConfig(max_gamma=5, probe_budget=0.02)
-    chosen = _run(DepthController(config), rows, 3000, _cpu_like, alpha=0.05)[3:]
-    extra = sum(_cpu_like(rows, g) - _cpu_like(rows, 0) for g in chosen)
+    """While plain decoding wins, probes of γ = 1 keep acceptance and costs measured; beyond what plain steps would
+    take to emit the same tokens, they cost at most probe_budget of the time (after the first three steps'
+    exploration)."""
+    config, alpha = DepthConfig(max_gamma=5, probe_budget=0.02), 0.05
+    chosen = _run(DepthController(config), rows, 3000, _cpu_like, alpha=alpha)[3:]
+    tokens = lambda g: 1 + sum(alpha ** j for j in range(1, g + 1))  # noqa: E731  (expected, per row)
+    extra = sum(_cpu_like(rows, g) - tokens(g) * _cpu_like(rows, 0) for g in chosen)
     assert 0 < extra <= config.probe_budget * sum(_cpu_like(rows, g) for g in chosen)
 
 
@@ -71,12 +80,12 @@ def test_picks_the_deepest_draft_when_it_is_perfect_and_verification_cheap():
 
 
 def test_the_best_depth_shrinks_as_rows_make_verification_expensive():
-    few = _run(DepthController(DepthConfig(max_gamma=5)), 2, 200, _cpu_like, alpha=0.8)
+    few = _run(DepthController(DepthConfig(max_gamma=5)), 1, 200, _cpu_like, alpha=0.8)
     many = _run(DepthController(DepthConfig(max_gamma=5)), 32, 200, _cpu_like, alpha=0.8)
     mode = lambda xs: max(set(xs), key=xs.count)  # noqa: E731
     value = lambda rows, g: (1 + sum(0.8 ** j for j in range(1, g + 1))) / _cpu_like(rows, g)  # noqa: E731
-    assert mode(few[-100:]) == max(range(6), key=lambda g: value(2, g))
-    assert mode(many[-100:]) == max(range(6), key=lambda g: value(32, g))
+    assert mode(few[-100:]) == _best(lambda g: value(1, g)) == 4
+    assert mode(many[-100:]) == _best(lambda g: value(32, g)) == 0
     assert mode(many[-100:]) < mode(few[-100:])
 
 
@@ -94,7 +103,9 @@ def test_follows_acceptance_that_drops_mid_run():
     controller = DepthController(DepthConfig(max_gamma=5))
     before = _run(controller, 2, 150, lambda rows, g: 1.0 + 0.1 * g, alpha=1.0)
     after = _run(controller, 2, 300, lambda rows, g: 1.0 + 0.1 * g, alpha=0.0, seed=1)  # e.g. a corrupted head
-    assert before[-50:].count(5) >= 45 and after[-50:].count(0) >= 45
+    # After the drop γ = 1 (1.1x a plain step's cost) is a close competitor: its probes run 4 steps in a row, as
+    # often as their 2% budget allows (a fifth of the steps here, each 0.1 of a step beyond plain decoding).
+    assert before[-50:].count(5) >= 45 and after[-50:].count(0) >= 35 and set(after[-50:]) <= {0, 1}
 
 
 def test_one_slow_step_does_not_price_a_depth_out():
@@ -153,6 +164,7 @@ def test_row_buckets():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(max_gamma=0), "max_gamma"), (dict(max_gamma=2, cost_window=0), "cost_window"),
     (dict(max_gamma=2, acceptance_decay=0.0), "acceptance_decay"), (dict(max_gamma=2, probe_every=-1), "probe_every"),
+    (dict(max_gamma=2, margin=1.0), "margin"),
 ])
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -193,3 +205,32 @@ def test_a_bucket_measures_the_side_of_the_head_it_only_borrowed():
     controller.observe(2, 0, 0.5, [0, 0])
     second = controller.decide(2)
     assert second.gamma > 0 and second.probe
+
+
+def test_a_draft_within_the_margin_of_plain_decoding_is_not_chosen():
+    """γ = 1 emits 1.96 tokens per step at 1.9x a plain step's cost: 3% more tokens/s on paper, less than the noise
+    of measured costs on a shared machine (and a wrong draft costs its switch too). Plain decoding wins that tie;
+    at 2x the acceptance's gain (1.2x a plain step's cost) γ = 1 wins."""
+    tie = _run(DepthController(DepthConfig(max_gamma=1)), 8, 300, lambda rows, g: 1.0 + 0.9 * g, alpha=0.96)
+    clear = _run(DepthController(DepthConfig(max_gamma=1)), 8, 300, lambda rows, g: 1.0 + 0.2 * g, alpha=0.96)
+    assert tie[-100:].count(0) >= 75 and clear[-100:].count(1) >= 90
+
+
+def test_a_probe_runs_several_steps_for_a_close_competitor_and_one_for_a_distant_one():
+    """Probing a depth close behind the best (plain decoding at 0.93x γ = 1's tokens/s: out of the margin, within
+    twice it) runs probe_steps steps in a row, a fresh median at the price of one switch; probing one far behind
+    (0.5x) stops after its first step."""
+    for ratio, steps in ((0.93, 4), (0.5, 1)):
+        controller = DepthController(DepthConfig(max_gamma=1, probe_every=4, probe_steps=4))
+        for _ in range(3):
+            controller.observe(8, 1, 1.0, [1] * 8)
+        plain = 1 / (ratio * controller._value(8, 1))  # seconds of a plain step
+        for _ in range(3):
+            controller.observe(8, 0, plain, [0] * 8)
+        run = []
+        for _ in range(12):
+            choice = controller.decide(8)
+            run.append(choice.gamma)
+            controller.observe(8, choice.gamma, plain if choice.gamma == 0 else 1.0, [choice.gamma] * 8)
+        first = run.index(0)
+        assert run[first:first + steps] == [0] * steps and run[first + steps] == 1, (ratio, run)

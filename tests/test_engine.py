@@ -433,15 +433,16 @@ def test_auto_depth_at_temperature_zero_is_plain_greedy_decoding(tiny_pair):
     assert auto.tokens == plain.tokens
 
 
-def _head_state_after_plain_steps(model, head, steps: int, every_step: bool):
-    """Prefill PROMPTS, run `steps` plain steps as gamma="auto" runs them (the head's cache left behind), and catch
+def _head_state_after_plain_steps(model, head, prompts, steps: int, every_step: bool):
+    """Prefill `prompts`, run `steps` plain steps as gamma="auto" runs them (the head's cache left behind), and catch
     the head up: once at the end, or after every step (the upkeep a plain step used to pay)."""
     config = GenerationConfig(max_new_tokens=16, gamma="auto", max_gamma=2, seed=0)
     engine, generator = Engine(model, head), torch.Generator().manual_seed(0)
-    out = RolloutBuilder(len(PROMPTS), config)
-    batch = engine._new_batch(PROMPTS, config)
-    engine._settle(batch, [(i, 0, list(p)) for i, p in enumerate(PROMPTS)], config, generator, out)
+    out = RolloutBuilder(len(prompts), config)
+    batch = engine._new_batch(prompts, config)
+    engine._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
     start = batch.draft_cache.lengths.clone()
+    assert start.tolist() == [len(p) for p in prompts]
     for k in range(steps):
         engine._step(batch, 0, config, generator, out, {}, dict.fromkeys(("draft", "verify", "advance"), 0.0))
         assert len(batch.head_lag) == (1 if every_step else k + 1)  # the step left the head's cache where it was
@@ -453,15 +454,17 @@ def _head_state_after_plain_steps(model, head, steps: int, every_step: bool):
     return out.tokens, batch
 
 
-def test_the_head_caught_up_after_plain_steps_is_the_head_kept_up_every_step(tiny_pair):
-    """Under gamma="auto" a plain step leaves the head's cache behind; one forward over the lag before the next
-    draft writes the same entries, draft query and logits as catching up after every step."""
+@pytest.mark.parametrize("prompts", [PROMPTS, PROMPTS + PROMPTS[1:2] * 2], ids=["own", "shared"])
+def test_the_head_caught_up_after_plain_steps_is_the_head_kept_up_every_step(tiny_pair, prompts):
+    """Under gamma="auto" a plain step leaves the head's cache behind; one catch-up over the lag before the next
+    draft (keys and values but for its last entry) writes the same entries, draft query and logits as catching up
+    after every step. With prompts a group shares too (their entries written once and copied)."""
     with torch.no_grad():
-        tokens, lazy = _head_state_after_plain_steps(*tiny_pair, steps=6, every_step=False)
-        same_tokens, kept = _head_state_after_plain_steps(*tiny_pair, steps=6, every_step=True)
+        tokens, lazy = _head_state_after_plain_steps(*tiny_pair, prompts, steps=6, every_step=False)
+        same_tokens, kept = _head_state_after_plain_steps(*tiny_pair, prompts, steps=6, every_step=True)
     assert tokens == same_tokens and all(len(t) == 7 for t in tokens)
     assert lazy.draft_cache.lengths.equal(kept.draft_cache.lengths)
-    assert lazy.draft_cache.lengths.tolist() == [len(p) + 6 for p in PROMPTS]  # through the last emitted token
+    assert lazy.draft_cache.lengths.tolist() == [len(p) + 6 for p in prompts]  # through the last emitted token
     for row, length in enumerate(lazy.draft_cache.lengths.tolist()):
         for a, b in ((lazy.draft_cache.k, kept.draft_cache.k), (lazy.draft_cache.v, kept.draft_cache.v)):
             torch.testing.assert_close(a[:, row, :, :length], b[:, row, :, :length], atol=1e-5, rtol=1e-5)

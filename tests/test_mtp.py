@@ -61,6 +61,26 @@ def test_chain_equals_cached_inference(pair, anchors):
 
 
 @torch.no_grad()
+@torch.no_grad()
+def test_write_keys_writes_forward_cached_entries_and_the_last_entry_then_gives_the_same_output(pair):
+    """A prefill that writes only keys and values for all entries but the last, then runs the last in full: the
+    same cache entries and the same last output as one full forward (what the engine's head prefill relies on)."""
+    model, head = pair
+    x = tokens(3, 12, seed=7)
+    _, hidden = model(x)
+    full, split = head.new_cache(3, 16), head.new_cache(3, 16)
+    _, out = head.forward_cached(model, hidden[:, :11], x[:, 1:12], full, kv_len=11)
+    head.write_keys(model, hidden[:, :10], x[:, 1:11], split, kv_len=11)
+    assert split.lengths.tolist() == [0, 0, 0]  # lengths are not moved
+    split.lengths += 10
+    _, last = head.forward_cached(model, hidden[:, 10:11], x[:, 11:12], split, kv_len=11)
+    torch.testing.assert_close(split.k[..., :11, :], full.k[..., :11, :], atol=ATOL, rtol=0)
+    torch.testing.assert_close(split.v[..., :11, :], full.v[..., :11, :], atol=ATOL, rtol=0)
+    torch.testing.assert_close(last[:, 0], out[:, 10], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="next_tokens"):
+        head.write_keys(model, hidden[:, :10], x[:, 1:10], split)
+
+
 def test_chain_step1_is_not_trivially_equal_across_steps(pair):
     """Guard against a chain that ignores its step structure: different steps give different logits."""
     model, head = pair

@@ -25,6 +25,11 @@ none is a constant of the machine:
                 drafts again); that catch-up is a price of switching, not of the depth, so it stays out of the
                 table (`observe(switch_s=)`) and counts against the probe budget instead.
 
+Margin. The shallowest depth whose estimate is within `margin` of the best's is chosen: a deeper one must promise
+more tokens/s than the noise of costs measured on a shared machine (medians of a few steps move by several percent
+from one probe to the next), and a draft chosen wrongly also pays its switch (the head's catch-up, the first step of
+a shape). Plain decoding, the baseline MTP must never lose to, wins every tie.
+
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). Deeper depths
 are then priced on the line, and run only when that estimate makes them the best: a deep γ that cannot pay is never
 run to find out. A bucket with nothing measured yet starts at the depth the nearest measured bucket finds best. A
@@ -37,9 +42,11 @@ measured only one side of it (plain decoding, or drafting) measures the other si
 Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
 patch must get another chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs a
 neighbour of its best depth instead (γ* - 1, γ* + 1, or plain decoding, the baseline of every choice: the one
-measured longest ago). A probe costs what it costs
-beyond the best step, so the next one waits until that extra is at most `probe_budget` of the time spent since:
-at least `probe_every` steps, at most 16 times that.
+measured longest ago). A probe runs up to `probe_steps` steps in a row while the probed depth still looks a close
+competitor (within twice the margin of the best): its cell gets a fresh median, and switching (the head's catch-up)
+is paid once; one far behind stops after a step. A probe costs the time it took beyond what the best depth would
+take to emit the same tokens, so the next one waits until that extra is at most `probe_budget` of the time spent
+since: at least `probe_every` steps, at most 16 times that.
 
 Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
 step's verification sees a depth fixed before its randomness: every step emits exactly the target's law whatever
@@ -78,7 +85,9 @@ class DepthConfig:
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
     probe_every: int = 16  # the fewest steps of a bucket between two probes (0: never probe)
     probe_budget: float = 0.02  # the share of a bucket's time its probes may cost beyond its best depth's
+    probe_steps: int = 4  # steps a probe runs in a row (a fresh median; one catch-up of the head for them all)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
+    margin: float = 0.05  # the shallowest depth whose estimated tokens/s is within this share of the best's is chosen
 
     def __post_init__(self) -> None:
         if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
@@ -91,6 +100,10 @@ class DepthConfig:
             raise ValueError(f"probe_every must be an int >= 0, got {self.probe_every!r}")
         if not self.prior_weight > 0:
             raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
+        if isinstance(self.probe_steps, bool) or not isinstance(self.probe_steps, int) or self.probe_steps < 1:
+            raise ValueError(f"probe_steps must be an int >= 1, got {self.probe_steps!r}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
         if not 0 < self.probe_budget <= 1:
             raise ValueError(f"probe_budget must be in (0, 1], got {self.probe_budget}")
 
@@ -120,6 +133,17 @@ def _fitted_line(cells: Mapping[int, _Cell], gamma: int) -> float:
     return cost if cost > 0 else min(cell.seconds for cell in cells.values())
 
 
+@dataclass
+class _Probe:
+    bucket: int
+    tick: int  # the bucket's decision count when it began
+    gamma: int
+    best_cost: float  # seconds of a step at the best depth, when it began
+    best_value: float  # the best depth's tokens/s per row, when it began
+    left: int  # steps still to run
+    extra: float = 0.0  # seconds spent so far beyond what the best depth would take for the same tokens
+
+
 @dataclass(frozen=True)
 class Choice:
     """One decision and its reasons: the depth, the acceptance it expected and the step cost it used."""
@@ -142,7 +166,7 @@ class DepthController:
     _cells: dict[tuple[int, int], _Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
     _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
-    _probe: tuple[int, int, float] | None = field(init=False, default=None)  # (bucket, tick, best's cost) of a probe
+    _probe: _Probe | None = field(init=False, default=None)  # the probe under way
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
 
     def __post_init__(self) -> None:
@@ -217,34 +241,46 @@ class DepthController:
         bucket, k = row_bucket(rows), self.config.max_gamma
         tick = self._steps.get(bucket, 0)
         self._steps[bucket] = tick + 1
+        if self._probe is not None and self._probe.bucket == bucket:  # a probe runs its steps in a row
+            return self._choice(rows, self._probe.gamma, probe=True)
+        if self._probe is not None:  # the rows left its bucket: it ends here
+            self._schedule_probe()
         values = [self._value(rows, g) for g in range(k + 1)]
         if all(math.isnan(v) for v in values):  # nothing measured here to scale from: start where the nearest
             nearest = min({b for b, _ in self._cells}, key=lambda b: (abs(math.log(b / bucket)), b))  # bucket is best
             values = [-math.inf if math.isnan(v) else v for v in (self._value(nearest, g) for g in range(k + 1))]
-            best = max(range(k + 1), key=lambda g: (values[g], -g))
-            return self._choice(rows, best, probe=True)
-        best = max((g for g in range(k + 1) if not math.isnan(values[g])), key=lambda g: (values[g], -g))
+            return self._choice(rows, self._best(values, range(k + 1)), probe=True)
+        best = self._best(values, [g for g in range(k + 1) if not math.isnan(values[g])])
         unmeasured = math.isinf(values[best])
         # A side of the head (plain decoding, or drafting) this bucket has not measured yet is priced by another
         # bucket's ratio, which rows move (the fewer rows, the less a draft costs against a plain step): measure
         # its best estimate once before trusting the other side.
         other = [g for g in range(k + 1) if (g == 0) != (best == 0) and not math.isnan(values[g])]
         if not unmeasured and other and all((g == 0) == (best == 0) for b, g in self._cells if b == bucket):
-            return self._choice(rows, max(other, key=lambda g: (values[g], -g)), probe=True)
+            return self._choice(rows, self._best(values, other), probe=True)
         probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
         if probe_now and not unmeasured:
-            self._probe = (bucket, tick, self.cost(rows, best))
-            best = min({g for g in (0, best - 1, best + 1) if 0 <= g <= k and g != best},
-                       key=lambda g: (self._last(bucket, g), g))
-        return self._choice(rows, best, probe=unmeasured or probe_now)
+            gamma = min({g for g in (0, best - 1, best + 1) if 0 <= g <= k and g != best},
+                        key=lambda g: (self._last(bucket, g), g))
+            self._probe = _Probe(bucket, tick, gamma, self.cost(rows, best), values[best], self.config.probe_steps)
+            return self._choice(rows, gamma, probe=True)
+        return self._choice(rows, best, probe=unmeasured)
 
-    def _schedule_probe(self, seconds: float) -> None:
-        """After a probe that took `seconds`: the next waits until its extra cost is `probe_budget` of the time."""
-        (bucket, tick, best_cost), self._probe = self._probe, None
+    def _best(self, values: Sequence[float], depths: Sequence[int]) -> int:
+        """The shallowest of `depths` whose tokens/s is within `margin` of the highest (inf: never measured, the
+        shallowest such first)."""
+        top = max(values[g] for g in depths)
+        if math.isinf(top):
+            return min(g for g in depths if values[g] == top)
+        return min(g for g in depths if values[g] >= (1 - self.config.margin) * top)
+
+    def _schedule_probe(self) -> None:
+        """After a probe: the next waits until what it cost beyond the best depth is `probe_budget` of the time."""
+        probe, self._probe = self._probe, None
         every = self.config.probe_every
-        extra = seconds - best_cost if math.isfinite(best_cost) and best_cost > 0 else 0.0
-        gap = math.ceil(extra / (self.config.probe_budget * best_cost)) if extra > 0 else every
-        self._next_probe[bucket] = tick + min(max(gap, every), 16 * every)
+        budget = self.config.probe_budget * probe.best_cost  # seconds of probe cost per step of the bucket
+        gap = math.ceil(probe.extra / budget) if probe.extra > 0 and math.isfinite(budget) and budget > 0 else every
+        self._next_probe[probe.bucket] = probe.tick + min(max(gap, every), 16 * every)
 
     def _last(self, bucket: int, gamma: int) -> int:
         cell = self._cells.get((bucket, gamma))
@@ -263,8 +299,13 @@ class DepthController:
             raise ValueError(f"gamma must lie in 0..{self.config.max_gamma}, got {gamma}")
         if not seconds >= switch_s >= 0:
             raise ValueError(f"need seconds >= switch_s >= 0, got seconds={seconds}, switch_s={switch_s}")
-        if self._probe is not None:
-            self._schedule_probe(seconds)
+        if gamma > 0 and not all(0 <= n <= gamma for n in num_accepted):
+            raise ValueError(f"num_accepted must lie in 0..gamma={gamma}, got {num_accepted}")
+        probe = self._probe
+        if probe is not None:  # seconds beyond what the best depth would take to emit the probe's tokens
+            emitted = 1 + sum(num_accepted) / max(len(num_accepted), 1)
+            probe.extra += seconds - emitted / probe.best_value if probe.best_value > 0 else 0.0
+            probe.left -= 1
         seconds -= switch_s
         cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
         cell.count += 1
@@ -273,6 +314,13 @@ class DepthController:
         if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
             cell.recent.clear()  # stands in until a second is measured
         cell.recent.append(seconds)
+        self._learn_acceptance(gamma, num_accepted)
+        # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
+        if probe is not None and (probe.left == 0 or
+                                  self._value(rows, gamma) < (1 - 2 * self.config.margin) * probe.best_value):
+            self._schedule_probe()
+
+    def _learn_acceptance(self, gamma: int, num_accepted: list[int]) -> None:
         if gamma == 0:
             return
         decay = self.config.acceptance_decay
@@ -280,8 +328,6 @@ class DepthController:
             self._reached[i] *= decay
             self._accepted[i] *= decay
         for n in num_accepted:
-            if not 0 <= n <= gamma:
-                raise ValueError(f"num_accepted must lie in 0..gamma={gamma}, got {n}")
             for i in range(min(n + 1, gamma)):
                 self._reached[i] += 1.0
                 self._accepted[i] += 1.0 if i < n else 0.0

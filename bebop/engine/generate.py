@@ -9,8 +9,8 @@ Per speculative step, for every active row at once:
   4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
               accepted tokens; the same forward yields the next step-1 draft. A plain step under gamma="auto"
-              leaves the head's cache behind, to catch up in one forward when a step drafts again: plain decoding
-              then costs what it costs without a head, and the head stays ready for the tail
+              leaves the head's cache behind, to catch up when a step drafts again (bebop.engine.head_feed): plain
+              decoding then costs what it costs without a head, and the head stays ready for the tail
 
 The device work of 1, 2 and 5 is `bebop.engine.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
 the layouts shared with this module: the step's uniforms (`draw_uniforms`, from the engine's generator) and the
@@ -29,6 +29,7 @@ import torch
 
 from bebop.engine.batch import Batch, pad_feeds, rows_of, shared_runs
 from bebop.engine.buckets import Buckets, CachePool
+from bebop.engine.head_feed import HeadFeed
 from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
@@ -40,7 +41,7 @@ from bebop.models.prepack import prepacked
 from bebop.sampling import probs_from_logits, sample
 
 
-class Engine:
+class Engine(HeadFeed):
     """Generation for a target `model` with an optional MTP draft head `mtp`.
 
     compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with its
@@ -97,6 +98,7 @@ class Engine:
         # The cached forwards (prefill, step costs), compiled or not: model.forward and mtp.forward_cached.
         self.target_step = wrap(model.forward)
         self.head_step = None if mtp is None else wrap(mtp.forward_cached)
+        self.head_keys_step = None if mtp is None else wrap(mtp.write_keys)
         # A decoding step's device work (bebop.engine.step), each phase one graph when compiled.
         step_wrap = graphed if self.cudagraphs else wrap
         self.draft_step, self.verify_step, self.catch_up_step = (step_wrap(f) for f in (draft, verify_rows, catch_up))
@@ -235,34 +237,6 @@ class Engine:
         table = torch.stack([token.double(), logp.double(), entropy(target_probs).double()], 1)  # [F, 3]
         return host_copy(table).tolist()  # HOST SYNC (a feed: the prefill, or a step's rows that got env replies)
 
-    def _feed_head(self, batch: Batch, rows: tuple, hidden, hidden_last, tokens, token, starts, last,
-                   kv_len: int) -> None:
-        """The head's part of `_feed`: its entry at position i pairs h_i with token i+1, the last one (the step-1
-        draft query) the row's sampled token. rows = (the feeds' slots [F], the run's [U], whether each of the two is
-        the whole batch in order, copies as in `_feed`). Shared prompts: the run's entries, copied, then one more
-        position per row."""
-        index, run_index, whole, whole_feed, copies = rows
-        next_tokens = torch.cat([tokens[:, 1:], tokens[:, :1]], 1)  # [U, W]
-        if copies is None:
-            next_tokens[torch.arange(len(token), device=self.device), last] = token
-        with rows_of(batch.draft_cache, run_index, whole) as draft_cache:
-            draft_cache.lengths.copy_(starts)
-            _, out = self.head_step(self.model, hidden, next_tokens, draft_cache, kv_len=kv_len,
-                                    compute_logits=False)  # [U, W, d]
-            draft_cache.lengths += last + 1
-        if copies is None:
-            query = out[torch.arange(len(token), device=self.device), last]  # [F, d]
-        else:  # the last entry again, now with each row's own token (its K/V from the run's was a placeholder)
-            batch.draft_cache.copy_rows(copies[1], copies[0])
-            with rows_of(batch.draft_cache, index, whole_feed) as draft_cache:
-                draft_cache.lengths -= 1
-                _, out = self.head_step(self.model, hidden_last[:, None], token[:, None], draft_cache,
-                                        kv_len=kv_len, compute_logits=False)  # [F, 1, d]
-                draft_cache.lengths += 1
-            query = out[:, 0]  # [F, d]
-        batch.draft_hidden[index] = query[:, None]  # [F, 1, d]
-        batch.draft_logits[index] = self.mtp.logits(self.model, batch.draft_hidden[index])[:, 0]  # [F, V]
-
     def _settle(self, batch: Batch, feeds, config, generator, out: RolloutBuilder) -> None:
         """Feed, then keep feeding rows whose first sampled token was a stop the env replied to; drop finished rows."""
         done = set()
@@ -369,17 +343,3 @@ class Engine:
                     cache.lengths.clamp_(max=cache.max_len - config.depth - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
-
-    def _catch_up_head(self, batch: Batch) -> None:
-        """Catch the head's cache up, in one forward, on the S positions plain steps decoded without it: entry L+s
-        pairs the target's h_{L+s} with the token it emitted, as S steps' catch-ups would have written them."""
-        hidden = torch.cat([h for h, _ in batch.head_lag], 1)  # [P, S, d]
-        tokens = torch.cat([t for _, t in batch.head_lag], 1)  # [P, S]
-        batch.head_lag = []
-        cache = batch.draft_cache
-        cache.lengths.clamp_(max=cache.max_len - tokens.shape[1])  # padding rows only: live rows are S behind
-        kv_len = self.buckets.kv_len(max(batch.lengths) + 1, cache.max_len)
-        _, out = self.head_step(self.model, hidden, tokens, cache, kv_len=kv_len, compute_logits=False)  # [P, S, d]
-        cache.lengths += tokens.shape[1]
-        batch.draft_hidden = out[:, -1:]  # [P, 1, d]: the next step-1 draft query
-        batch.draft_logits = self.mtp.logits(self.model, batch.draft_hidden)[:, 0]  # [P, V]

@@ -136,6 +136,15 @@ def prefix_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, prefix_k
     return masked_attend(q, keys, values, bias)
 
 
+def write_kv(k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
+             rows: torch.Tensor, pos: torch.Tensor) -> None:
+    """Write k/v [B, Hkv, S, D] into layer `layer` of the caches [L, B, Hkv, max_len, D] at slots pos [B, S] (rows
+    [B, 1] is arange(B))."""
+    index = (rows.new_full((1, 1), layer), rows, slice(None), pos)  # all advanced but Hkv: an in-place write
+    k_cache[index] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
+    v_cache[index] = v.transpose(1, 2)
+
+
 def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, layer: int, rows: torch.Tensor, pos: torch.Tensor,
                   bias: torch.Tensor) -> torch.Tensor:
@@ -143,9 +152,7 @@ def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache:
     [B, 1] is arange(B)), then attend q [B, H, S, D] over the first kv_len slots with additive bias
     [B, 1, 1, S, kv_len]."""
     kv_len = bias.shape[-1]
-    index = (rows.new_full((1, 1), layer), rows, slice(None), pos)  # all advanced but Hkv: an in-place write
-    k_cache[index] = k.transpose(1, 2)  # [B, S, Hkv, D] into slots pos
-    v_cache[index] = v.transpose(1, 2)
+    write_kv(k, v, k_cache=k_cache, v_cache=v_cache, layer=layer, rows=rows, pos=pos)
     keys, values = k_cache[layer, :, :, :kv_len], v_cache[layer, :, :, :kv_len]  # [B, Hkv, kv_len, D]
     dtype = q.dtype
     if keys.device.type == "cpu" and dtype != torch.float32:

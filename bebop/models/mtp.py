@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bebop.models.attention import cached_attend, cached_attention_setup
+from bebop.models.attention import cached_attend, cached_attention_setup, write_kv
 from bebop.models.config import ModelConfig
 from bebop.models.kvcache import KVCache
 from bebop.models.prepack import Linear, linear
@@ -129,6 +129,23 @@ class MTPHead(nn.Module):
         attend = partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=0, **shared)
         out = self.norm(self.layers[0](self._input(backbone, hidden, next_tokens), cos, sin, attend))  # [B, S, d]
         return (self.logits(backbone, out) if compute_logits else None), out
+
+    def write_keys(self, backbone: Transformer, hidden: torch.Tensor, next_tokens: torch.Tensor, cache: KVCache, *,
+                   kv_len: int | None = None) -> None:
+        """Only the cache entries of `forward_cached`'s S entries per row (same arguments), not their outputs: what a
+        prefill or catch-up needs of every entry but the last, whose output is the next draft's query. The keys and
+        values are the layer's first matmul; its attention, output projection and MLP at those entries (most of
+        the layer) are skipped. Lengths are not moved."""
+        check_head_fits(self.config, backbone.config)
+        if hidden.dim() != 3 or next_tokens.shape != hidden.shape[:2] or cache.batch != hidden.shape[0]:
+            raise ValueError(f"need hidden [B, S, d], next_tokens [B, S] and a cache of batch B; got "
+                             f"{tuple(hidden.shape)}, {tuple(next_tokens.shape)}, batch={cache.batch}")
+        cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos,
+                                                  backbone.rope_sin_signed)
+        layer = self.layers[0]
+        x = layer.input_layernorm(self._input(backbone, hidden, next_tokens))  # [B, S, d]
+        _, k, v = layer.self_attn.project(x, cos, sin)  # [B, Hkv, S, D] each
+        write_kv(k, v, k_cache=cache.k, v_cache=cache.v, layer=0, rows=shared["rows"], pos=shared["pos"])
 
     def chain_hidden(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor,
                      depth: int) -> torch.Tensor:

@@ -115,6 +115,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         B, S, _ = x.shape
+        out = attend(*self.project(x, cos, sin))  # [B, H, S, D]
+        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, H, S, D], k and v [B, Hkv, S, D] of x [B, S, d]: normed (Qwen3) and rotated."""
+        B, S, _ = x.shape
         H, Hkv, _ = self.split
         qkv = self.qkv_proj(x).view(B, S, -1, self.head_dim)  # [B, S, H + 2*Hkv, D]
         # q and k heads are normed and rotated as one tensor: the same math in half the ops.
@@ -123,8 +130,7 @@ class Attention(nn.Module):
             qk_weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(Hkv, -1)])  # [H+Hkv, D]
             qk = rms_norm(qk, qk_weight, self.q_norm.eps)
         q, k = apply_rope(qk.transpose(1, 2), cos, sin).split([H, Hkv], 1)  # [B, H, S, D], [B, Hkv, S, D]
-        out = attend(q, k, qkv[:, :, H + Hkv :].transpose(1, 2))  # [B, H, S, D]
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+        return q, k, qkv[:, :, H + Hkv :].transpose(1, 2)
 
 
 class MLP(nn.Module):
