@@ -24,6 +24,8 @@ BENCHMARKS = {
     "losses": ("bebop.commands.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
     "engine": ("bebop.commands.bench.engine", "tokens/s of plain, TO and RS decoding against Hugging Face generate()"),
     "rl": ("bebop.commands.bench.rl", "RL step time with and without MTP+RS rollouts, sync and async"),
+    "depth": ("bebop.commands.bench.depth",
+              "the draft depth chosen live (--gamma auto) beside every static depth on a task's prompts"),
     "train-mtp": ("bebop.commands.bench.train_mtp",
                   "one train-mtp step at a real vocabulary: dense logits vs chunked hidden states, peak memory and time"),
 }

@@ -287,7 +287,7 @@ def derive(counters: Mapping) -> dict[str, float]:
         at_i = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
         out[f"spec/acceptance_rate_pos/{i}"] = _ratio(at_i, drafts)
         # Steps of different depths (gamma="auto"): not every draft that accepted i-1 drafted i, so the reached
-        # counts are stored (`bebop.engine.depth.pool_depths`).
+        # counts are stored (`bebop.engine.depth_counters.pool_depths`).
         reached = float(counters.get(f"spec/num_reached_tokens_per_pos/{i}", reached))
         out[f"spec/alpha_pos/{i}"] = _ratio(at_i, reached)
         reached = at_i  # a draft reaches i+1 exactly when it accepted i

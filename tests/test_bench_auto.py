@@ -1,5 +1,5 @@
-"""`bebop bench engine --gamma auto ...` and `bebop bench rl --gamma auto ...`: auto timed beside every static γ in
-the same interleaved rounds (speeds are the benchmark's output, not asserted here), and bad --gamma refused."""
+"""`bebop bench engine|depth|rl --gamma auto ...`: auto timed beside every static γ in the same interleaved rounds
+(speeds are the benchmark's output, not asserted here), and bad --gamma refused."""
 
 from __future__ import annotations
 
@@ -33,7 +33,36 @@ def test_bench_engine_times_auto_beside_plain_and_every_static_gamma(tmp_path):
         assert sum(auto["gamma_chosen"].values()) > 0 and set(auto["gamma_chosen"]) == {"0", "1", "2"}
 
 
+def test_bench_depth_times_auto_beside_plain_and_every_static_depth_on_a_task(tmp_path):
+    path = tmp_path / "depth.json"
+    code = main(["bench", "depth", "--tasks", "math", "--prompts", "1", "--group", "2", "--gamma", "auto", "1", "2",
+                 "--max-new-tokens", "12", "--repeats", "2", "--json", str(path)])
+    assert code == 0
+    records = json.loads(path.read_text())
+    assert [r["gamma"] for r in records] == [0, 1, 2, "auto"] and {r["rows"] for r in records} == {2}
+    rounds = {r["gamma"]: r["round_seconds_per_token"] for r in records}
+    for r in records:
+        assert len(r["round_seconds_per_token"]) == 2 and all(s > 0 for s in r["round_seconds_per_token"])
+        assert r["speedup"] == pytest.approx(statistics.median(a / b for a, b in zip(rounds[0], rounds[r["gamma"]])))
+    auto = records[-1]
+    best = min((1, 2), key=lambda g: statistics.median(rounds[g]))
+    assert auto["best_static_gamma"] == best
+    assert auto["over_best_static"] == pytest.approx(statistics.median(a / b for a, b in zip(rounds[best],
+                                                                                                rounds["auto"])))
+    assert set(auto["gamma_chosen"]) == {"0", "1", "2"} and sum(auto["gamma_chosen"].values()) > 0
+
+
+@pytest.mark.parametrize("flags, named", [(["--repeats", "0"], "--repeats"), (["--prompts", "0"], "--prompts"),
+                                          (["--group", "0"], "--group"), (["--gamma", "0"], "--gamma"),
+                                          (["--tasks", "nosuch"], "nosuch")])
+def test_bench_depth_refuses_bad_input_in_one_line(flags, named, capsys):
+    assert main(["bench", "depth", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0]
+
+
 @pytest.mark.parametrize("argv", [["bench", "engine", "--gamma", "deep"], ["bench", "rl", "--gamma", "auto", "x"],
+                                  ["bench", "depth", "--gamma", "auto", "x"],
                                   ["rl", "--gamma", "x"], ["demo", "--gamma", "many"]])
 def test_gamma_that_is_neither_an_int_nor_auto_is_argparse_s_error(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -22,6 +22,7 @@ ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", 
         "eval-mtp": ["eval-mtp", "--run-dir", "{tmp}/eval"], "demo": ["demo", "--out", "{tmp}/demo"],
         "pretrain": ["pretrain", "--tiny", "--run-dir", "{tmp}/pre"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
+        "bench depth": ["bench", "depth"],
         "bench train-mtp": ["bench", "train-mtp"]}
 
 

@@ -509,27 +509,29 @@ class _StepCosts(DepthController):
         super().observe(rows, gamma, 1.0 + 0.25 * gamma, num_accepted)  # the model's cost, switching included
 
 
-def _chosen_after_learning(model, head, prompts, max_new_tokens: int) -> tuple[list[int], DepthController]:
+def _chosen_after_learning(model, head, prompts, max_new_tokens: int) -> tuple[list[int], int, DepthController]:
+    """Steps per depth of a second call, after a first that explored, and how many of them were probes."""
     controller = _StepCosts(DepthConfig(max_gamma=4))
     engine = Engine(model, head, depth=controller)
     config = GenerationConfig(max_new_tokens=max_new_tokens, gamma="auto", max_gamma=4, seed=0)
     engine.generate(prompts, config)  # the controller learns across calls: this one explores every depth
     stats = engine.generate(prompts, replace(config, seed=1)).stats
-    return [stats[f"spec/num_gamma_chosen/{g}"] for g in range(5)], controller
+    return [stats[f"spec/num_gamma_chosen/{g}"] for g in range(5)], stats["spec/num_probe_steps"], controller
 
 
 def test_auto_depth_picks_plain_decoding_when_drafts_cost_more_than_they_buy():
-    chosen, controller = _chosen_after_learning(*_bad_head(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)),
-                                                PROMPTS, 40)
+    chosen, probes, controller = _chosen_after_learning(
+        *_bad_head(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)), PROMPTS, 40)
     assert controller.alphas()[0] < 0.2
-    assert chosen[0] >= 0.9 * sum(chosen), chosen  # the rest: probes of γ = 1 (every probe_every-th step)
+    assert chosen[0] >= 0.9 * sum(chosen) and chosen[0] + probes == sum(chosen), chosen  # the rest: probes
 
 
 def test_auto_depth_drafts_deepest_with_a_perfect_draft_at_few_rows():
-    chosen, controller = _chosen_after_learning(*self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)),
-                                                [[1, 2]], 60)
+    chosen, probes, controller = _chosen_after_learning(
+        *self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)), [[1, 2]], 60)
     assert controller.alphas()[0] > 0.9
-    assert chosen[4] >= 0.9 * sum(chosen), chosen
+    # The rest: a probe of γ = 3, close behind (it runs a few steps in a row: DepthConfig.probe_steps).
+    assert chosen[4] > sum(chosen) / 2 and chosen[4] + probes == sum(chosen), (chosen, probes)
 
 
 def test_auto_depth_measures_the_depths_it_runs_on_the_real_clock(tiny_pair):

@@ -25,10 +25,18 @@ none is a constant of the machine:
                 drafts again); that catch-up is a price of switching, not of the depth, so it stays out of the
                 table (`observe(switch_s=)`) and counts against the probe budget instead.
 
-Margin. The shallowest depth whose estimate is within `margin` of the best's is chosen: a deeper one must promise
-more tokens/s than the noise of costs measured on a shared machine (medians of a few steps move by several percent
-from one probe to the next), and a draft chosen wrongly also pays its switch (the head's catch-up, the first step of
-a shape). Plain decoding, the baseline MTP must never lose to, wins every tie.
+Load. The load of a shared machine comes and goes (another process takes the cores, the RL update runs beside the
+rollout), and it slows every depth alike, while the cells were measured at different moments: a depth measured in a
+slow patch would look dear, and one measured in a quiet patch cheap, until each is measured again. So the cells are
+kept at one reference load: the load factor, the moving median of how much slower than its cell says each recent step
+ran (steps of cells measured at least 3 times), divides each new sample and multiplies every estimate.
+Depths are thus compared as if measured at the same moment; within a bucket the factor cancels from the argmax.
+
+Margin. Plain decoding, the baseline MTP must never lose to, is chosen while it is within `margin` of the best
+estimate: a draft must promise more tokens/s than the noise of measured costs (medians of a few steps move by
+several percent from one probe to the next) and pay its switch (the head's catch-up after plain steps, the first
+step of a shape). Between drafting depths the best estimate wins: switching among them costs nothing, their line
+already smooths their cells' noise, and a margin there would only hold the draft shallower than it pays to be.
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). Deeper depths
 are then priced on the line, and run only when that estimate makes them the best: a deep γ that cannot pay is never
@@ -62,10 +70,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import torch
-
-from bebop.metrics import SpecCounters
-
 # Cost-table buckets by active rows: exact where a step's cost changes most per row (few rows), then ~1.5x apart.
 ROW_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
@@ -81,13 +85,13 @@ def row_bucket(rows: int) -> int:
 @dataclass(frozen=True)
 class DepthConfig:
     max_gamma: int  # K: γ is chosen from 0..K
-    cost_window: int = 5  # steps behind each cost cell's moving median
+    cost_window: int = 5  # steps behind each cost cell's moving median, and the load factor's
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
     probe_every: int = 16  # the fewest steps of a bucket between two probes (0: never probe)
     probe_budget: float = 0.02  # the share of a bucket's time its probes may cost beyond its best depth's
     probe_steps: int = 4  # steps a probe runs in a row (a fresh median; one catch-up of the head for them all)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
-    margin: float = 0.05  # the shallowest depth whose estimated tokens/s is within this share of the best's is chosen
+    margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
 
     def __post_init__(self) -> None:
         if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
@@ -168,11 +172,18 @@ class DepthController:
     _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
     _probe: _Probe | None = field(init=False, default=None)  # the probe under way
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
+    _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
 
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
         self._cells, self._steps, self._next_probe = {}, {}, {}
+        self._loads = deque(maxlen=self.config.cost_window)
+
+    @property
+    def load(self) -> float:
+        """How much slower the machine runs now than at the load the cells are kept at (module docstring)."""
+        return statistics.median(self._loads) if self._loads else 1.0
 
     @property
     def max_gamma(self) -> int:
@@ -203,7 +214,7 @@ class DepthController:
         bucket = row_bucket(rows)
         own = self._own(bucket, gamma)
         if math.isfinite(own):
-            return own
+            return self.load * own
         here = {g for b, g in self._cells if b == bucket}
         buckets = {b for b, _ in self._cells}
         for other in sorted(buckets - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
@@ -211,13 +222,14 @@ class DepthController:
             shared = [g for g in here if math.isfinite(self._own(other, g))]
             if math.isfinite(there) and shared:  # a drafting depth scales a drafting one: same side of the head
                 ref = min(shared, key=lambda g: ((g == 0) != (gamma == 0), abs(g - gamma)))
-                return self._own(bucket, ref) * there / self._own(other, ref)
+                return self.load * self._own(bucket, ref) * there / self._own(other, ref)
         return math.inf if all(math.isnan(self._own(b, gamma)) for b in buckets) else math.nan
 
     def _own(self, bucket: int, gamma: int) -> float:
-        """γ's cost at `bucket` from that bucket's measurements alone, nan where they give none: plain decoding its
-        cell; a drafting depth its value on the line fitted to the bucket's drafting cells once two depths are
-        measured there (each cell weighted by its samples), or its own cell while it is the only one."""
+        """γ's cost at `bucket`, at the cells' reference load, from that bucket's measurements alone, nan where they
+        give none: plain decoding its cell; a drafting depth its value on the line fitted to the bucket's drafting
+        cells once two depths are measured there (each cell weighted by its samples), or its own cell while it is the
+        only one."""
         if gamma == 0:
             cell = self._cells.get((bucket, 0))
             return math.nan if cell is None else cell.seconds
@@ -267,12 +279,14 @@ class DepthController:
         return self._choice(rows, best, probe=unmeasured)
 
     def _best(self, values: Sequence[float], depths: Sequence[int]) -> int:
-        """The shallowest of `depths` whose tokens/s is within `margin` of the highest (inf: never measured, the
-        shallowest such first)."""
+        """Plain decoding if it is among `depths` within `margin` of the highest tokens/s, else the depth of the
+        highest, the shallowest of a tie (inf: never measured, the shallowest such first)."""
         top = max(values[g] for g in depths)
         if math.isinf(top):
             return min(g for g in depths if values[g] == top)
-        return min(g for g in depths if values[g] >= (1 - self.config.margin) * top)
+        if 0 in depths and values[0] >= (1 - self.config.margin) * top:
+            return 0
+        return max((g for g in sorted(depths) if g > 0), key=lambda g: values[g])
 
     def _schedule_probe(self) -> None:
         """After a probe: the next waits until what it cost beyond the best depth is `probe_budget` of the time."""
@@ -308,12 +322,15 @@ class DepthController:
             probe.left -= 1
         seconds -= switch_s
         cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
+        known = cell.seconds if len(cell.recent) >= 3 else None  # a cell measured enough to tell load from noise
         cell.count += 1
         self._observed += 1
         cell.last = self._observed
         if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
             cell.recent.clear()  # stands in until a second is measured
-        cell.recent.append(seconds)
+        if known is not None:
+            self._loads.append(seconds / known)
+        cell.recent.append(seconds / self.load)
         self._learn_acceptance(gamma, num_accepted)
         # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
         if probe is not None and (probe.left == 0 or
@@ -333,62 +350,5 @@ class DepthController:
                 self._accepted[i] += 1.0 if i < n else 0.0
 
     def cost_table(self) -> dict[tuple[int, int], float]:
-        """The measured cells {(rows bucket, γ): seconds per step} (moving medians)."""
-        return {key: cell.seconds for key, cell in sorted(self._cells.items())}
-
-
-# ---- counters of a run at mixed depths -------------------------------------------------------------------------
-def spec_counts(verdicts: list[list[float]], gamma: int, method: str) -> dict:
-    """`SpecCounters` of verify steps at depth γ from their rows' [num_accepted, H(p_1..p_γ)]."""
-    counters = SpecCounters(gamma=gamma, method=method)
-    if verdicts:
-        table = torch.tensor(verdicts, dtype=torch.float64)  # [N, 1+γ]
-        counters.update(table[:, 0].long(), table[:, 1:], validate=False)
-    return counters.to_dict()
-
-
-def depth_counters(choices: list[tuple[Choice, float]], max_gamma: int) -> dict[str, float | int]:
-    """The depth controller's decisions as counters (sums, so they pool over rollouts and RL steps):
-    `spec/num_gamma_chosen/{γ}` steps at each depth, `spec/num_probe_steps` those chosen to measure a cell,
-    `spec/num_predicted_accepted_tokens` the accepted drafts the decisions expected (compare
-    `spec/num_accepted_tokens`), and `engine/cost/{rows}/{γ}/{steps,seconds}` the steps measured per cost-table
-    cell (rows: its bucket, `bebop.engine.depth.row_bucket`)."""
-    out: dict[str, float | int] = {f"spec/num_gamma_chosen/{g}": 0 for g in range(max_gamma + 1)}
-    out["spec/num_probe_steps"], out["spec/num_predicted_accepted_tokens"] = 0, 0.0
-    for choice, seconds in choices:
-        out[f"spec/num_gamma_chosen/{choice.gamma}"] += 1
-        out["spec/num_probe_steps"] += int(choice.probe)
-        if choice.gamma > 0:
-            # Every row of the step drafted; the decision expected E[accepted | γ] of each.
-            out["spec/num_predicted_accepted_tokens"] += choice.expected_accepted * choice.rows
-        cell = f"engine/cost/{choice.bucket}/{choice.gamma}"
-        out[f"{cell}/steps"] = out.get(f"{cell}/steps", 0) + 1
-        out[f"{cell}/seconds"] = out.get(f"{cell}/seconds", 0.0) + seconds
-    return out
-
-
-def pool_depths(counts: Sequence[Mapping]) -> dict[str, float | int | str]:
-    """Counters of verify steps at several depths (one `SpecCounters.to_dict()` per γ, one method) as one counter
-    dict at the deepest γ: sums, a position a depth never drafted counting 0, plus the drafts that reached each
-    position, `spec/num_reached_tokens_per_pos/{i}` (which `derive` then divides by: with mixed depths a draft that
-    accepted i-1 reached i only if its step drafted that deep)."""
-    if not counts:
-        raise ValueError("counts is empty: pass at least one SpecCounters.to_dict()")
-    methods = {str(c["spec/method"]) for c in counts}
-    if len(methods) > 1:
-        raise ValueError(f"cannot pool counters of different methods: {sorted(methods)}")
-    depth = max(int(c["spec/gamma"]) for c in counts)
-    out: dict[str, float | int | str] = {"spec/gamma": depth, "spec/method": methods.pop()}
-    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-        out[f"spec/{key}"] = sum(c[f"spec/{key}"] for c in counts)
-    for i in range(depth):
-        out[f"spec/num_accepted_tokens_per_pos/{i}"] = sum(c.get(f"spec/num_accepted_tokens_per_pos/{i}", 0)
-                                                          for c in counts)
-        out[f"spec/num_reached_tokens_per_pos/{i}"] = sum(
-            (c["spec/num_drafts"] if i == 0 else c[f"spec/num_accepted_tokens_per_pos/{i - 1}"])
-            for c in counts if i < int(c["spec/gamma"]))
-    for c in counts:
-        for key, value in c.items():
-            if key.startswith("spec/by_entropy/"):
-                out[key] = out.get(key, 0) + value
-    return out
+        """The measured cells {(rows bucket, γ): seconds per step} (moving medians, at the current load)."""
+        return {key: self.load * cell.seconds for key, cell in sorted(self._cells.items())}

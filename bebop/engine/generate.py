@@ -30,7 +30,8 @@ import torch
 from bebop.engine.batch import Batch, pad_feeds, rows_of, shared_runs
 from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.head_feed import HeadFeed
-from bebop.engine.depth import Choice, DepthConfig, DepthController, depth_counters
+from bebop.engine.depth import Choice, DepthConfig, DepthController
+from bebop.engine.depth_counters import depth_counters
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows

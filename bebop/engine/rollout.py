@@ -16,7 +16,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from bebop.engine.depth import pool_depths, spec_counts
+from bebop.engine.depth_counters import pool_depths, spec_counts
 from bebop.engine.stops import Decode, Stop, StopMatcher
 from bebop.metrics import derive
 from bebop.verify import METHODS
