@@ -21,6 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
+from bebop.commands.bench.rounds import auto_beside_static, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy
@@ -72,46 +73,36 @@ def depths(args: argparse.Namespace) -> list:
 
 
 def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
-    """{depth: (seconds per generated token per round, auto's {γ: steps} summed over rounds)}."""
+    """{"per_token": {depth: seconds per generated token, per timed round}, "chosen": auto's {γ: steps} over them}."""
     from bebop.engine.rollout import GenerationConfig
     from bebop.prompting import prompt_format, run_task
     from bebop.rl.batch import sample_examples
 
     fmt = prompt_format("auto", tokenizer)
-    static = [g for g in engines if g != "auto"]
+    max_gamma = max((d for d in engines if d != "auto"), default=0) or GenerationConfig.max_gamma  # auto's range
     per_token, chosen = {d: [] for d in engines}, {}
     for r in range(-1, args.repeats):  # round -1 warms up (allocations, kernel caches) and is not timed
         examples = sample_examples(task, prompts, args.group, args.seed + r + 1)
         for depth in list(engines) if r % 2 == 0 else list(engines)[::-1]:
             config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, gamma=depth,
-                                      method=args.method, max_gamma=max(static[1:], default=GenerationConfig.max_gamma),
-                                      seed=args.seed + r + 1)
+                                      method=args.method, max_gamma=max_gamma, seed=args.seed + r + 1)
             stats = run_task(engines[depth], task, tokenizer, examples, config, prompt_format=fmt).rollout.stats
             if r < 0:
                 continue
             per_token[depth].append(stats["wall_time_s"] / max(stats["num_generated_tokens"], 1))
-            for g in range(config.max_gamma + 1) if depth == "auto" else ():
+            for g in range(max_gamma + 1) if depth == "auto" else ():
                 chosen[g] = chosen.get(g, 0) + stats[f"spec/num_gamma_chosen/{g}"]
     return {"per_token": per_token, "chosen": chosen}
-
-
-def _ratio(numerator: list[float], denominator: list[float]) -> float:
-    """The median over rounds of numerator / denominator within a round."""
-    return statistics.median(a / b for a, b in zip(numerator, denominator))
 
 
 def records(task_name: str, rows: int, timed: dict) -> list[dict]:
     per_token = timed["per_token"]
     plain = per_token[0]
     out = [{"task": task_name, "rows": rows, "gamma": d, "seconds_per_token": statistics.median(s),
-            "round_seconds_per_token": s, "speedup": _ratio(plain, s)} for d, s in per_token.items()]
-    static = {d: s for d, s in per_token.items() if d != "auto" and d > 0}
+            "round_seconds_per_token": s, "speedup": round_ratio(plain, s)} for d, s in per_token.items()]
     if "auto" in per_token:
-        best = min(static, key=lambda g: statistics.median(static[g]), default=None)
-        chosen = timed["chosen"]
-        out[-1].update(best_static_gamma=best, gamma_chosen={str(g): n for g, n in chosen.items()},
-                       over_best_static=None if best is None else _ratio(static[best], per_token["auto"]),
-                       gamma_mean=sum(g * n for g, n in chosen.items()) / max(sum(chosen.values()), 1))
+        static = {d: s for d, s in per_token.items() if d != "auto" and d > 0}
+        out[-1].update(auto_beside_static(per_token["auto"], static, timed["chosen"]))
     return out
 
 

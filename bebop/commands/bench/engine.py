@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 
+from bebop.commands.bench.rounds import auto_beside_static, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
 from bebop.engine import Engine
@@ -146,11 +147,6 @@ def _interleaved(cells: dict, repeats: int, device: torch.device) -> dict:
     return {name: (times[name], results[name]) for name in cells}
 
 
-def _ratio(numerator: list[float], denominator: list[float]) -> float:
-    """The median over rounds of numerator / denominator within a round: robust to drift between rounds."""
-    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
-
-
 @torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
 def step_cost_cells(engine: Engine, batch: int, gamma: int, context: int, calls: int = 20) -> dict:
     """Zero-argument callables, each running `calls` calls at `context` of: a one-token target forward
@@ -186,7 +182,7 @@ def step_costs(round_seconds: dict[str, list[float]], gamma: int) -> dict[str, f
     token (one catch-up pass plus γ-1 single steps, divided by γ), each in one-token target forwards."""
     target_1 = round_seconds["target_1"]
     draft = [(c + (gamma - 1) * s) / gamma for c, s in zip(round_seconds["catch_up"], round_seconds["single"])]
-    return {"verify_cost": _ratio(round_seconds["target_verify"], target_1), "draft_cost": _ratio(draft, target_1)}
+    return {"verify_cost": round_ratio(round_seconds["target_verify"], target_1), "draft_cost": round_ratio(draft, target_1)}
 
 
 def _hf_models(model, dtype, device, workdir: Path):
@@ -303,7 +299,7 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
             alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
             records.append(_timed(base, seconds, mode=method, gamma=gamma,
                                   acceptance_rate=rollout.stats["spec/acceptance_rate"],
-                                  accept_length=rollout.stats["spec/accept_length"], speedup=_ratio(plain, seconds),
+                                  accept_length=rollout.stats["spec/accept_length"], speedup=round_ratio(plain, seconds),
                                   theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
     return records
 
@@ -316,11 +312,9 @@ def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str) -> 
     stats = rollout.stats
     chosen = {g: stats[f"spec/num_gamma_chosen/{g}"] for g in range(int(stats["spec/gamma"]) + 1)}
     static = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
-    best = min(static, key=lambda g: statistics.median(static[g]), default=None)
-    return _timed(base, seconds, mode=method, gamma="auto", speedup=_ratio(plain, seconds),
+    return _timed(base, seconds, mode=method, gamma="auto", speedup=round_ratio(plain, seconds),
                   acceptance_rate=stats["spec/acceptance_rate"], accept_length=stats["spec/accept_length"],
-                  gamma_chosen=chosen, gamma_mean=sum(g * n for g, n in chosen.items()) / max(sum(chosen.values()), 1),
-                  best_static_gamma=best, over_best_static=None if best is None else _ratio(static[best], seconds))
+                  **auto_beside_static(seconds, static, chosen))
 
 
 def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:
@@ -329,13 +323,13 @@ def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str)
     peer_plain = timed[(peer, "plain", 0, False)][0]
     plain = _timed(base, peer_plain, mode="plain", gamma=0)
     if False in engines:
-        plain[f"bebop_plain_over_{peer}"] = _ratio(peer_plain, timed[("bebop", "plain", 0, False)][0])
+        plain[f"bebop_plain_over_{peer}"] = round_ratio(peer_plain, timed[("bebop", "plain", 0, False)][0])
     if True in engines:
-        plain[f"bebop_compiled_plain_over_{peer}"] = _ratio(peer_plain, timed[("bebop", "plain", 0, True)][0])
+        plain[f"bebop_compiled_plain_over_{peer}"] = round_ratio(peer_plain, timed[("bebop", "plain", 0, True)][0])
     records = [plain]
     if batch == 1 and peer == "hf":
         assisted = timed[("hf", "assisted", 3, False)][0]
-        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=_ratio(peer_plain, assisted)))
+        records.append(_timed(base, assisted, mode="assisted", gamma=3, speedup=round_ratio(peer_plain, assisted)))
     return records
 
 
