@@ -14,10 +14,13 @@ none is a constant of the machine:
   cost(rows, γ) a table of seconds per engine step (draft + verify + advance), one cell per rows bucket
                 (`ROW_BUCKETS`) and γ, each the median of the last `cost_window` steps measured there: a moving
                 median, not a mean, because on a shared machine one step in a few takes several times as long
-                (another process got the cores) and one such step must not price a depth out for good. A cell's
-                first step (one-off allocation and kernel setup at a new shape) stands in only until a second.
+                (another process got the cores) and one such step must not price a depth out for good. A cell of
+                one or two steps is priced by its fastest: slowdowns only add, its first step carries one-off costs
+                (allocations, kernel setup at a new shape), and a depth priced by one unlucky step would not be
+                run again to find out (a newly tried depth that may be the best runs again soon).
                 Plain decoding is priced by its cell; a drafting depth, once two are measured at the bucket, by the
-                least-squares line through the bucket's drafting cells, each weighted by its samples (every draft
+                least-squares line through the bucket's drafting cells, each weighted by its samples, leaving out
+                cells of a single step (one-off costs) once two others have more (every draft
                 position adds a head pass and a verified token per row, so a step's cost is close to linear in
                 γ >= 1, measured on CPU; the jump from γ = 0 to 1 is the head's own cost and stays out of the line):
                 a depth run rarely, or once in a slow patch, is priced by every drafting step of its bucket.
@@ -31,6 +34,10 @@ slow patch would look dear, and one measured in a quiet patch cheap, until each 
 kept at one reference load: the load factor, the moving median of how much slower than its cell says each recent step
 ran (steps of cells measured at least 3 times), divides each new sample and multiplies every estimate.
 Depths are thus compared as if measured at the same moment; within a bucket the factor cancels from the argmax.
+It stays 1 while within `load_band` of 1: that median of a few noisy steps moves by several percent on an idle
+machine too, and samples divided by such noise walk the cells' scales apart (a cell measured while the factor read
+low is kept high, and its next steps, compared against it, keep the factor low), skewing the ratios the choice
+rests on.
 
 Margin. Plain decoding, the baseline MTP must never lose to, is chosen while it is within `margin` of the best
 estimate: a draft must promise more tokens/s than the noise of measured costs (medians of a few steps move by
@@ -92,6 +99,7 @@ class DepthConfig:
     probe_steps: int = 4  # steps a probe runs in a row (a fresh median; one catch-up of the head for them all)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
     margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
+    load_band: float = 0.2  # the load factor stays 1 while recent steps ran within this share of their cells
 
     def __post_init__(self) -> None:
         if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
@@ -108,6 +116,8 @@ class DepthConfig:
             raise ValueError(f"probe_steps must be an int >= 1, got {self.probe_steps!r}")
         if not 0 <= self.margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {self.margin}")
+        if not 0 <= self.load_band < 1:
+            raise ValueError(f"load_band must be in [0, 1), got {self.load_band}")
         if not 0 < self.probe_budget <= 1:
             raise ValueError(f"probe_budget must be in (0, 1], got {self.probe_budget}")
 
@@ -117,14 +127,16 @@ class _Cell:
     recent: deque  # the last cost_window measurements (seconds)
     count: int = 0  # measurements ever
     last: int = 0  # the controller's observation count when last measured
+    seconds: float = math.nan  # its estimate: the median of `recent`, the fastest of one or two (module docstring)
 
-    @property
-    def seconds(self) -> float:
-        return statistics.median_low(self.recent)  # of two, the lower: slowdowns on a shared machine only add
+    def add(self, seconds: float) -> None:
+        self.recent.append(seconds)
+        self.count += 1
+        self.seconds = min(self.recent) if len(self.recent) < 3 else statistics.median_low(self.recent)
 
 
-def _fitted_line(cells: Mapping[int, _Cell], gamma: int) -> float:
-    """The cost at depth γ on the weighted least-squares line through {depth: cell} (>= 2 depths; weights: each
+def _fitted_line(cells: Mapping[int, _Cell], depths: Sequence[int]) -> list[float]:
+    """The costs at `depths` on the weighted least-squares line through {depth: cell} (>= 2 depths; weights: each
     cell's samples in its window), its slope kept >= 0 (a deeper draft never costs less); where the line extrapolated
     below the measured depths reaches 0, the cheapest cell."""
     weights = {g: float(len(cell.recent)) for g, cell in cells.items()}
@@ -133,8 +145,8 @@ def _fitted_line(cells: Mapping[int, _Cell], gamma: int) -> float:
     mean_s = sum(w * cells[g].seconds for g, w in weights.items()) / total
     spread = sum(w * (g - mean_g) ** 2 for g, w in weights.items())
     slope = max(0.0, sum(w * (g - mean_g) * (cells[g].seconds - mean_s) for g, w in weights.items()) / spread)
-    cost = mean_s + slope * (gamma - mean_g)
-    return cost if cost > 0 else min(cell.seconds for cell in cells.values())
+    floor = min(cell.seconds for cell in cells.values())
+    return [cost if cost > 0 else floor for cost in (mean_s + slope * (g - mean_g) for g in depths)]
 
 
 @dataclass
@@ -173,17 +185,17 @@ class DepthController:
     _probe: _Probe | None = field(init=False, default=None)  # the probe under way
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
     _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
+    load: float = field(init=False, default=1.0)  # how much slower the machine runs now than the cells' reference
+    # Caches (the controller runs before every engine step, so a step at few rows must not wait on it): each bucket's
+    # own costs per depth, until one of its cells changes; E[accepted | γ] per depth, until acceptance is learnt.
+    _own_costs: dict[int, list[float]] = field(init=False)
+    _expected: list[float] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
-        self._cells, self._steps, self._next_probe = {}, {}, {}
+        self._cells, self._steps, self._next_probe, self._own_costs = {}, {}, {}, {}
         self._loads = deque(maxlen=self.config.cost_window)
-
-    @property
-    def load(self) -> float:
-        """How much slower the machine runs now than at the load the cells are kept at (module docstring)."""
-        return statistics.median(self._loads) if self._loads else 1.0
 
     @property
     def max_gamma(self) -> int:
@@ -201,11 +213,12 @@ class DepthController:
 
     def expected_accepted(self, gamma: int) -> float:
         """E[accepted | γ] = Σ_{j≤γ} Π_{i≤j} α_i (PAPER §2)."""
-        total, survive = 0.0, 1.0
-        for a in self.alphas()[:gamma]:
-            survive *= a
-            total += survive
-        return total
+        if self._expected is None:
+            self._expected, survive = [0.0], 1.0
+            for a in self.alphas():
+                survive *= a
+                self._expected.append(self._expected[-1] + survive)
+        return self._expected[gamma]
 
     def cost(self, rows: int, gamma: int) -> float:
         """Estimated seconds of a step at `rows` rows and depth γ (module docstring): this bucket's own estimate
@@ -228,15 +241,18 @@ class DepthController:
     def _own(self, bucket: int, gamma: int) -> float:
         """γ's cost at `bucket`, at the cells' reference load, from that bucket's measurements alone, nan where they
         give none: plain decoding its cell; a drafting depth its value on the line fitted to the bucket's drafting
-        cells once two depths are measured there (each cell weighted by its samples), or its own cell while it is the
-        only one."""
-        if gamma == 0:
-            cell = self._cells.get((bucket, 0))
-            return math.nan if cell is None else cell.seconds
-        drafting = {g: cell for (b, g), cell in self._cells.items() if b == bucket and g > 0}
-        if len(drafting) < 2:
-            return drafting[gamma].seconds if gamma in drafting else math.nan
-        return _fitted_line(drafting, gamma)
+        cells once two depths are measured there (each cell weighted by its samples; cells of a single step left out
+        once two have more), or its own cell while it is the only one."""
+        if bucket not in self._own_costs:
+            cells = {g: cell for (b, g), cell in self._cells.items() if b == bucket}
+            drafting = {g: cell for g, cell in cells.items() if g > 0}
+            settled = {g: cell for g, cell in drafting.items() if cell.count >= 2}  # past their one-off first step
+            depths = range(self.config.max_gamma + 1)
+            costs = [cells[g].seconds if g in cells else math.nan for g in depths]
+            if len(drafting) >= 2:
+                costs[1:] = _fitted_line(settled if len(settled) >= 2 else drafting, depths[1:])
+            self._own_costs[bucket] = costs
+        return self._own_costs[bucket][gamma]
 
     def _value(self, rows: int, gamma: int) -> float:
         cost = self.cost(rows, gamma)
@@ -323,14 +339,14 @@ class DepthController:
         seconds -= switch_s
         cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
         known = cell.seconds if len(cell.recent) >= 3 else None  # a cell measured enough to tell load from noise
-        cell.count += 1
         self._observed += 1
         cell.last = self._observed
-        if cell.count == 2:  # the first step of a shape pays one-off costs (allocations, kernel setup): it only
-            cell.recent.clear()  # stands in until a second is measured
         if known is not None:
             self._loads.append(seconds / known)
-        cell.recent.append(seconds / self.load)
+            load = statistics.median(self._loads)
+            self.load = load if abs(math.log(load)) > math.log1p(self.config.load_band) else 1.0
+        cell.add(seconds / self.load)
+        self._own_costs.pop(row_bucket(rows), None)
         self._learn_acceptance(gamma, num_accepted)
         # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
         if probe is not None and (probe.left == 0 or
@@ -340,14 +356,19 @@ class DepthController:
     def _learn_acceptance(self, gamma: int, num_accepted: list[int]) -> None:
         if gamma == 0:
             return
+        self._expected = None
         decay = self.config.acceptance_decay
         for i in range(self.config.max_gamma):
             self._reached[i] *= decay
             self._accepted[i] *= decay
+        at_least = [0] * (gamma + 2)  # at_least[i]: rows that accepted >= i drafts
         for n in num_accepted:
-            for i in range(min(n + 1, gamma)):
-                self._reached[i] += 1.0
-                self._accepted[i] += 1.0 if i < n else 0.0
+            at_least[n] += 1
+        for i in range(gamma, -1, -1):
+            at_least[i] += at_least[i + 1]
+        for i in range(gamma):  # position i is reached by rows that accepted >= i, accepted by those with > i
+            self._reached[i] += at_least[i]
+            self._accepted[i] += at_least[i + 1]
 
     def cost_table(self) -> dict[tuple[int, int], float]:
         """The measured cells {(rows bucket, γ): seconds per step} (moving medians, at the current load)."""
