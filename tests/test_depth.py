@@ -313,21 +313,6 @@ def _regret(rows: int, alpha: float, seed: int, rollouts: int = 8) -> float:
 def test_regret_against_the_best_depth_of_each_rows_count_stays_small_under_a_shared_machines_noise():
     """Four rows whose ends are uneven, a good draft (α = 0.9), costs as measured on a CPU with its step-to-step
     noise: over 8 rollouts the controller, learning from nothing, loses under 6% of its time to exploring, probing
-    and misjudged depths, on average over 8 seeds (3.6%; 7.0% where one slow or one-off step priced a depth out)."""
+    and misjudged depths, on average over 8 seeds (3.3%; 7.0% where one slow or one-off step priced a depth out)."""
     regrets = [_regret(4, 0.9, seed) for seed in range(8)]
     assert sum(regrets) / len(regrets) < 0.06, regrets
-
-
-
-def test_the_load_factor_follows_a_slowdown_but_not_the_noise_of_a_few_steps():
-    """Steps 10% slower than their cell (what a median of a few noisy steps moves by on an idle machine) leave the load
-    factor at 1, so new samples are kept as measured; steps 1.5x slower (another process took the cores) set it."""
-    controller = DepthController(DepthConfig(max_gamma=2, load_band=0.2))
-    for _ in range(3):
-        controller.observe(4, 1, 1.0, [1] * 4)
-    for _ in range(5):
-        controller.observe(4, 1, 1.1, [1] * 4)
-    assert controller.load == 1.0 and controller.cost_table()[4, 1] == pytest.approx(1.1)
-    for _ in range(5):
-        controller.observe(4, 1, 1.65, [1] * 4)
-    assert controller.load == pytest.approx(1.5, rel=0.01) and controller.cost(4, 1) == pytest.approx(1.65, rel=0.01)

@@ -34,10 +34,6 @@ slow patch would look dear, and one measured in a quiet patch cheap, until each 
 kept at one reference load: the load factor, the moving median of how much slower than its cell says each recent step
 ran (steps of cells measured at least 3 times), divides each new sample and multiplies every estimate.
 Depths are thus compared as if measured at the same moment; within a bucket the factor cancels from the argmax.
-It stays 1 while within `load_band` of 1: that median of a few noisy steps moves by several percent on an idle
-machine too, and samples divided by such noise walk the cells' scales apart (a cell measured while the factor read
-low is kept high, and its next steps, compared against it, keep the factor low), skewing the ratios the choice
-rests on.
 
 Margin. Plain decoding, the baseline MTP must never lose to, is chosen while it is within `margin` of the best
 estimate: a draft must promise more tokens/s than the noise of measured costs (medians of a few steps move by
@@ -99,7 +95,6 @@ class DepthConfig:
     probe_steps: int = 4  # steps a probe runs in a row (a fresh median; one catch-up of the head for them all)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
     margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
-    load_band: float = 0.2  # the load factor stays 1 while recent steps ran within this share of their cells
 
     def __post_init__(self) -> None:
         if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
@@ -116,8 +111,6 @@ class DepthConfig:
             raise ValueError(f"probe_steps must be an int >= 1, got {self.probe_steps!r}")
         if not 0 <= self.margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {self.margin}")
-        if not 0 <= self.load_band < 1:
-            raise ValueError(f"load_band must be in [0, 1), got {self.load_band}")
         if not 0 < self.probe_budget <= 1:
             raise ValueError(f"probe_budget must be in (0, 1], got {self.probe_budget}")
 
@@ -343,8 +336,7 @@ class DepthController:
         cell.last = self._observed
         if known is not None:
             self._loads.append(seconds / known)
-            load = statistics.median(self._loads)
-            self.load = load if abs(math.log(load)) > math.log1p(self.config.load_band) else 1.0
+            self.load = statistics.median(self._loads)
         cell.add(seconds / self.load)
         self._own_costs.pop(row_bucket(rows), None)
         self._learn_acceptance(gamma, num_accepted)

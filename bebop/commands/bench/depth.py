@@ -11,7 +11,7 @@ prompts; `auto`'s controller is kept across rounds, as an RL run keeps it: it le
 
 Reported per (task, rows): each depth's speedup over plain decoding in seconds per generated token, prefill
 included (the median over rounds of the ratio within a round), and for `auto` its ratio to the best static depth
-(the fastest at the median) and the depths it chose.
+(the one `auto` fares worst against, round by round) and the depths it chose.
 """
 
 from __future__ import annotations

@@ -305,8 +305,8 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
 
 
 def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str) -> dict:
-    """gamma="auto" beside plain decoding and the best static γ of the same rounds (the one fastest at the median):
-    each ratio the median over rounds of the ratio within a round."""
+    """gamma="auto" beside plain decoding and the best static γ of the same rounds (the one it fares worst against,
+    round by round): each ratio the median over rounds of the ratio within a round."""
     plain = timed[("bebop", "plain", 0, compiled)][0]
     seconds, rollout = timed[("bebop", method, "auto", compiled)]
     stats = rollout.stats

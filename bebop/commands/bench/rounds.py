@@ -13,10 +13,13 @@ def round_ratio(numerator: list[float], denominator: list[float]) -> float:
 
 
 def auto_beside_static(auto: list[float], static: Mapping[int, list[float]], chosen: Mapping[int, int]) -> dict:
-    """gamma="auto"'s fields beside the static depths of the same rounds (seconds per round): the best static γ (the
-    fastest at the median), its seconds over auto's, and the depths auto chose ({γ: steps}) with their mean."""
-    best = min(static, key=lambda g: statistics.median(static[g]), default=None)
+    """gamma="auto"'s fields beside the static depths of the same rounds (seconds per round): the best static γ, its
+    seconds over auto's, and the depths auto chose ({γ: steps}) with their mean. The best static γ is the one auto
+    fares worst against in the rounds' paired ratios (the statistic reported), not the fastest by median seconds:
+    rounds differ in their prompts, so seconds taken across rounds mostly measure the prompts."""
+    ratios = {g: round_ratio(seconds, auto) for g, seconds in static.items()}
+    best = min(ratios, key=ratios.get, default=None)
     return {"gamma_chosen": dict(chosen),
             "gamma_mean": sum(g * n for g, n in chosen.items()) / max(sum(chosen.values()), 1),
             "best_static_gamma": best,
-            "over_best_static": None if best is None else round_ratio(static[best], auto)}
+            "over_best_static": None if best is None else ratios[best]}
