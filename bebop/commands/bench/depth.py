@@ -120,7 +120,8 @@ def print_table(all_records: list[dict]) -> None:
             line += f"{auto['speedup']:>7.2f}x{best:>11}{auto['gamma_mean']:>8.1f}"
         print(line)
     print("speedup: seconds per generated token of plain decoding over the depth's, medians over rounds of the "
-          "ratio within a round; auto/best: over the fastest static depth; auto γ: its mean depth per engine step")
+          "ratio within a round; auto/best: the same ratio over the static depth auto fares worst against; auto γ: "
+          "its mean depth per engine step")
 
 
 def run(args: argparse.Namespace) -> int:
