@@ -11,6 +11,12 @@ import torch
 from bebop.engine.depth import DepthConfig, DepthController, row_bucket
 
 
+def _accepted(generator: torch.Generator, rows: int, gamma: int, alpha: float) -> list[int]:
+    """Accepted drafts per row of a step at depth γ whose every position is accepted with probability `alpha`."""
+    passed = torch.rand(rows, gamma, generator=generator) < alpha  # [rows, γ]
+    return passed.int().cumprod(-1).sum(-1).tolist() if gamma else [0] * rows
+
+
 def _run(controller: DepthController, rows: int, steps: int, cost, alpha: float, seed: int = 0) -> list[int]:
     """Drive the controller for `steps` steps at `rows` rows against cost(rows, γ) seconds and a draft whose every
     position is accepted with probability `alpha`; returns the chosen depths."""
@@ -18,9 +24,7 @@ def _run(controller: DepthController, rows: int, steps: int, cost, alpha: float,
     chosen = []
     for _ in range(steps):
         gamma = controller.choose(rows)
-        passed = torch.rand(rows, gamma, generator=generator) < alpha  # [rows, γ]
-        accepted = passed.int().cumprod(-1).sum(-1).tolist() if gamma else [0] * rows
-        controller.observe(rows, gamma, cost(rows, gamma), accepted)
+        controller.observe(rows, gamma, cost(rows, gamma), _accepted(generator, rows, gamma, alpha))
         chosen.append(gamma)
     return chosen
 
@@ -300,8 +304,7 @@ def _regret(rows: int, alpha: float, seed: int, rollouts: int = 8) -> float:
             noise *= 2.0 if float(torch.rand((), generator=generator)) < 0.03 else 1.0
             noise *= 1.0 if (active, gamma) in seen else 1.3
             seen.add((active, gamma))
-            passed = torch.rand(active, gamma, generator=generator) < alpha  # [active, γ]
-            accepted = passed.int().cumprod(-1).sum(-1).tolist() if gamma else [0] * active
+            accepted = _accepted(generator, active, gamma, alpha)
             controller.observe(active, gamma, _measured(active, gamma) * noise, accepted)
             left[left > 0] -= 1 + torch.tensor(accepted, dtype=left.dtype)
             best = min(_measured(active, g) / tokens(g) for g in range(6))

@@ -330,7 +330,8 @@ class DepthController:
             probe.extra += seconds - emitted / probe.best_value if probe.best_value > 0 else 0.0
             probe.left -= 1
         seconds -= switch_s
-        cell = self._cells.setdefault((row_bucket(rows), gamma), _Cell(deque(maxlen=self.config.cost_window)))
+        bucket = row_bucket(rows)
+        cell = self._cells.setdefault((bucket, gamma), _Cell(deque(maxlen=self.config.cost_window)))
         known = cell.seconds if len(cell.recent) >= 3 else None  # a cell measured enough to tell load from noise
         self._observed += 1
         cell.last = self._observed
@@ -338,7 +339,7 @@ class DepthController:
             self._loads.append(seconds / known)
             self.load = statistics.median(self._loads)
         cell.add(seconds / self.load)
-        self._own_costs.pop(row_bucket(rows), None)
+        self._own_costs.pop(bucket, None)
         self._learn_acceptance(gamma, num_accepted)
         # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
         if probe is not None and (probe.left == 0 or

@@ -182,7 +182,8 @@ def step_costs(round_seconds: dict[str, list[float]], gamma: int) -> dict[str, f
     token (one catch-up pass plus γ-1 single steps, divided by γ), each in one-token target forwards."""
     target_1 = round_seconds["target_1"]
     draft = [(c + (gamma - 1) * s) / gamma for c, s in zip(round_seconds["catch_up"], round_seconds["single"])]
-    return {"verify_cost": round_ratio(round_seconds["target_verify"], target_1), "draft_cost": round_ratio(draft, target_1)}
+    return {"verify_cost": round_ratio(round_seconds["target_verify"], target_1),
+            "draft_cost": round_ratio(draft, target_1)}
 
 
 def _hf_models(model, dtype, device, workdir: Path):
@@ -299,8 +300,8 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
             alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
             records.append(_timed(base, seconds, mode=method, gamma=gamma,
                                   acceptance_rate=rollout.stats["spec/acceptance_rate"],
-                                  accept_length=rollout.stats["spec/accept_length"], speedup=round_ratio(plain, seconds),
-                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
+                                  accept_length=rollout.stats["spec/accept_length"],
+                                  speedup=round_ratio(plain, seconds), theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
     return records
 
 
