@@ -14,50 +14,51 @@ none is a constant of the machine:
   cost(rows, γ) a table of seconds per engine step (draft + verify + advance), one cell per rows bucket
                 (`ROW_BUCKETS`) and γ, each the median of the last `cost_window` steps measured there: a moving
                 median, not a mean, because on a shared machine one step in a few takes several times as long
-                (another process got the cores) and one such step must not price a depth out for good. A cell of
-                one or two steps is priced by its fastest: slowdowns only add, its first step carries one-off costs
-                (allocations, kernel setup at a new shape), and a depth priced by one unlucky step would not be
-                run again to find out (a newly tried depth that may be the best runs again soon).
-                Plain decoding is priced by its cell; a drafting depth, once two are measured at the bucket, by the
-                least-squares line through the bucket's drafting cells, each weighted by its samples, leaving out
-                cells of a single step (one-off costs) once two others have more (every draft
-                position adds a head pass and a verified token per row, so a step's cost is close to linear in
-                γ >= 1, measured on CPU; the jump from γ = 0 to 1 is the head's own cost and stays out of the line):
-                a depth run rarely, or once in a slow patch, is priced by every drafting step of its bucket.
-                A plain step runs without the head (the engine catches the head up in one forward when a step
-                drafts again); that catch-up is a price of switching, not of the depth, so it stays out of the
-                table (`observe(switch_s=)`) and counts against the probe budget instead.
+                (another process got the cores) and one such step must not price a depth out for good. A cell
+                counts from its second step (the first carries one-off costs: allocations, kernels at a new shape),
+                and while it has two is priced by the faster (slowdowns only add).
+                Plain decoding is priced by its cell. A drafting depth is priced by its own cell once it has
+                `settle` steps: a machine's costs are not linear in γ (a verify of 4 tokens per row may cost what
+                one of 3 does, measured on CPU), so a line would misprice the depths it does not pass through.
+                Before, by the least-squares line through the bucket's drafting cells, each weighted by its
+                samples (each draft position adds a head pass and a verified token per row: the best guess a few
+                steps allow; the head's own cost, the jump from γ = 0 to 1, stays out of it). A plain step runs
+                without the head (the engine catches it up in one forward when a step drafts again): a price of
+                switching, not of the depth, kept out of the table (`observe(switch_s=)`), counted by the probes.
 
 Load. The load of a shared machine comes and goes (another process takes the cores, the RL update runs beside the
 rollout), and it slows every depth alike, while the cells were measured at different moments: a depth measured in a
 slow patch would look dear, and one measured in a quiet patch cheap, until each is measured again. So the cells are
-kept at one reference load: the load factor, the moving median of how much slower than its cell says each recent step
-ran (steps of cells measured at least 3 times), divides each new sample and multiplies every estimate.
-Depths are thus compared as if measured at the same moment; within a bucket the factor cancels from the argmax.
+kept at one reference load: the load factor, the moving median of how much slower than its cell says each of the
+last `load_window` steps ran (steps of cells measured at least 3 times), divides each new sample and multiplies
+every estimate. Depths are thus compared as if measured at the same moment; within a bucket it cancels from the argmax.
+
+Doubt. The noise of a step's (load-adjusted) log seconds around its cell's median is measured as the controller runs
+(median absolute deviation; `noise_prior` until then). Among drafting depths it runs the one whose tokens/s raised by
+`optimism` standard errors (noise / sqrt(steps) for a settled cell, one step's worth for a depth priced by a line or
+another bucket) is highest: a depth measured too little to be ruled out runs until it is settled or ruled out
+(switching among drafting depths costs nothing). Where steps barely vary (a GPU) this is the plain argmax.
 
 Margin. Plain decoding, the baseline MTP must never lose to, is chosen while it is within `margin` of the best
-estimate: a draft must promise more tokens/s than the noise of measured costs (medians of a few steps move by
-several percent from one probe to the next) and pay its switch (the head's catch-up after plain steps, the first
-step of a shape). Between drafting depths the best estimate wins: switching among them costs nothing, their line
-already smooths their cells' noise, and a margin there would only hold the draft shallower than it pays to be.
+estimate (no doubt given to drafts here): a draft must promise more tokens/s than the noise of measured costs and
+pay its switch (the head's catch-up after plain steps, the first step of a shape).
 
-Exploration. Plain decoding, γ = 1 and γ = 2 are measured first (a γ with no estimate is worth +inf). Deeper depths
-are then priced on the line, and run only when that estimate makes them the best: a deep γ that cannot pay is never
-run to find out. A bucket with nothing measured yet starts at the depth the nearest measured bucket finds best. A
-cell the bucket cannot price itself is estimated from the nearest bucket that prices both it and a depth measured
-here (a drafting one for a drafting depth), scaled by the ratio of the two (what matters for the argmax is
-cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio). The ratio across the head's
-jump does move with rows (the fewer rows, the less a draft costs against a plain step), so a bucket that has
-measured only one side of it (plain decoding, or drafting) measures the other side's best estimate once.
+Exploration. Plain decoding, γ = 1 and γ = 2 are measured first, two steps each (a γ with no estimate is worth
++inf). Deeper depths are then priced on the line and run when their doubt makes them a contender: a deep γ that
+cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth the nearest measured
+bucket finds best. A cell the bucket cannot price itself is estimated from the nearest bucket that prices both it
+and a depth measured here (a drafting one for a drafting depth), scaled by the ratio of the two (what matters for
+the argmax is cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio). The ratio
+across the head's jump does move with rows (the fewer rows, the less a draft costs against a plain step), so a
+bucket that has measured only one side of it (plain decoding, or drafting) measures the other side's best estimate.
 
-Probes. So that no estimate goes stale (the load of a shared machine comes and goes; a depth priced out by a slow
-patch must get another chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs a
-neighbour of its best depth instead (γ* - 1, γ* + 1, or plain decoding, the baseline of every choice: the one
-measured longest ago). A probe runs up to `probe_steps` steps in a row while the probed depth still looks a close
-competitor (within twice the margin of the best): its cell gets a fresh median, and switching (the head's catch-up)
-is paid once; one far behind stops after a step. A probe costs the time it took beyond what the best depth would
-take to emit the same tokens, so the next one waits until that extra is at most `probe_budget` of the time spent
-since: at least `probe_every` steps, at most 16 times that.
+Probes. So that no estimate goes stale (load comes and goes; a depth priced out by a slow patch must get another
+chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs another depth, in turns
+the one measured longest ago of plain decoding (the baseline of every choice) and the chosen depth's neighbours,
+then the one with the highest raised tokens/s: up to `probe_steps` steps in a row while it looks a close competitor
+(within twice the margin; a fresh median, one catch-up of the head), one step when far behind. A probe costs the
+time it took beyond what the best depth would take for the same tokens; the next waits until that extra is at most
+`probe_budget` of the time spent since: at least `probe_every` steps, at most 16 times that.
 
 Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
 step's verification sees a depth fixed before its randomness: every step emits exactly the target's law whatever
@@ -88,7 +89,11 @@ def row_bucket(rows: int) -> int:
 @dataclass(frozen=True)
 class DepthConfig:
     max_gamma: int  # K: γ is chosen from 0..K
-    cost_window: int = 5  # steps behind each cost cell's moving median, and the load factor's
+    cost_window: int = 9  # steps behind each cost cell's moving median
+    load_window: int = 5  # recent steps behind the load factor's moving median
+    settle: int = 5  # steps after which a drafting depth is priced by its own cell, not by its bucket's line
+    optimism: float = 2.0  # standard errors added to a drafting depth's tokens/s when choosing among them
+    noise_prior: float = 0.15  # step-to-step spread of log seconds assumed until the controller has measured it
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
     probe_every: int = 16  # the fewest steps of a bucket between two probes (0: never probe)
     probe_budget: float = 0.02  # the share of a bucket's time its probes may cost beyond its best depth's
@@ -97,22 +102,19 @@ class DepthConfig:
     margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
-            raise ValueError(f"max_gamma must be an int >= 1, got {self.max_gamma!r}")
-        if isinstance(self.cost_window, bool) or not isinstance(self.cost_window, int) or self.cost_window < 1:
-            raise ValueError(f"cost_window must be an int >= 1, got {self.cost_window!r}")
-        if not 0 < self.acceptance_decay <= 1:
-            raise ValueError(f"acceptance_decay must be in (0, 1], got {self.acceptance_decay}")
-        if isinstance(self.probe_every, bool) or not isinstance(self.probe_every, int) or self.probe_every < 0:
-            raise ValueError(f"probe_every must be an int >= 0, got {self.probe_every!r}")
-        if not self.prior_weight > 0:
-            raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
-        if isinstance(self.probe_steps, bool) or not isinstance(self.probe_steps, int) or self.probe_steps < 1:
-            raise ValueError(f"probe_steps must be an int >= 1, got {self.probe_steps!r}")
-        if not 0 <= self.margin < 1:
-            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
-        if not 0 < self.probe_budget <= 1:
-            raise ValueError(f"probe_budget must be in (0, 1], got {self.probe_budget}")
+        for name, low in (("max_gamma", 1), ("cost_window", 1), ("load_window", 1), ("settle", 2),
+                          ("probe_every", 0), ("probe_steps", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        for name, ok, span in (("acceptance_decay", 0 < self.acceptance_decay <= 1, "in (0, 1]"),
+                               ("prior_weight", self.prior_weight > 0, "> 0"),
+                               ("margin", 0 <= self.margin < 1, "in [0, 1)"),
+                               ("optimism", self.optimism >= 0, ">= 0"),
+                               ("noise_prior", self.noise_prior > 0, "> 0"),
+                               ("probe_budget", 0 < self.probe_budget <= 1, "in (0, 1]")):
+            if not ok:
+                raise ValueError(f"{name} must be {span}, got {getattr(self, name)}")
 
 
 @dataclass
@@ -175,10 +177,13 @@ class DepthController:
     _cells: dict[tuple[int, int], _Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
     _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
+    _probes: dict[int, int] = field(init=False)  # per bucket: probes so far (whose turn the next one is)
     _probe: _Probe | None = field(init=False, default=None)  # the probe under way
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
     _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
     load: float = field(init=False, default=1.0)  # how much slower the machine runs now than the cells' reference
+    _spreads: deque = field(init=False)  # |log(seconds / their cell's)| of recent steps of settled cells
+    noise: float = field(init=False)  # the step-to-step spread of log seconds (its median absolute deviation)
     # Caches (the controller runs before every engine step, so a step at few rows must not wait on it): each bucket's
     # own costs per depth, until one of its cells changes; E[accepted | γ] per depth, until acceptance is learnt.
     _own_costs: dict[int, list[float]] = field(init=False)
@@ -187,8 +192,9 @@ class DepthController:
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
-        self._cells, self._steps, self._next_probe, self._own_costs = {}, {}, {}, {}
-        self._loads = deque(maxlen=self.config.cost_window)
+        self._cells, self._steps, self._next_probe, self._probes, self._own_costs = {}, {}, {}, {}, {}
+        self._loads = deque(maxlen=self.config.load_window)
+        self._spreads, self.noise = deque(maxlen=64), self.config.noise_prior
 
     @property
     def max_gamma(self) -> int:
@@ -217,11 +223,11 @@ class DepthController:
         """Estimated seconds of a step at `rows` rows and depth γ (module docstring): this bucket's own estimate
         (`_own`), else one scaled from the nearest bucket that has one and shares a measured depth with this one;
         else inf while γ is to be explored (no bucket has an estimate of it), nan otherwise."""
-        bucket = row_bucket(rows)
+        bucket, depths = row_bucket(rows), range(self.config.max_gamma + 1)
         own = self._own(bucket, gamma)
         if math.isfinite(own):
             return self.load * own
-        here = {g for b, g in self._cells if b == bucket}
+        here = [g for g in depths if math.isfinite(self._own(bucket, g))]
         buckets = {b for b, _ in self._cells}
         for other in sorted(buckets - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
             there = self._own(other, gamma)
@@ -232,20 +238,21 @@ class DepthController:
         return math.inf if all(math.isnan(self._own(b, gamma)) for b in buckets) else math.nan
 
     def _own(self, bucket: int, gamma: int) -> float:
-        """γ's cost at `bucket`, at the cells' reference load, from that bucket's measurements alone, nan where they
-        give none: plain decoding its cell; a drafting depth its value on the line fitted to the bucket's drafting
-        cells once two depths are measured there (each cell weighted by its samples; cells of a single step left out
-        once two have more), or its own cell while it is the only one."""
+        """γ's cost at `bucket` at the reference load from that bucket's cells of >= 2 steps alone (nan: none):
+        its cell (a drafting depth: once settled, or while the only one), else the bucket's drafting line."""
         if bucket not in self._own_costs:
-            cells = {g: cell for (b, g), cell in self._cells.items() if b == bucket}
-            drafting = {g: cell for g, cell in cells.items() if g > 0}
-            settled = {g: cell for g, cell in drafting.items() if cell.count >= 2}  # past their one-off first step
-            depths = range(self.config.max_gamma + 1)
+            cells = {g: cell for (b, g), cell in self._cells.items() if b == bucket and cell.count >= 2}
+            drafting, depths = {g: cell for g, cell in cells.items() if g > 0}, range(self.config.max_gamma + 1)
             costs = [cells[g].seconds if g in cells else math.nan for g in depths]
             if len(drafting) >= 2:
-                costs[1:] = _fitted_line(settled if len(settled) >= 2 else drafting, depths[1:])
+                line = _fitted_line(drafting, depths[1:])
+                costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
+
+    def _settled(self, bucket: int, gamma: int) -> bool:
+        cell = self._cells.get((bucket, gamma))
+        return cell is not None and cell.count >= self.config.settle
 
     def _value(self, rows: int, gamma: int) -> float:
         cost = self.cost(rows, gamma)
@@ -275,17 +282,38 @@ class DepthController:
         unmeasured = math.isinf(values[best])
         # A side of the head (plain decoding, or drafting) this bucket has not measured yet is priced by another
         # bucket's ratio, which rows move (the fewer rows, the less a draft costs against a plain step): measure
-        # its best estimate once before trusting the other side.
+        # its best estimate before trusting the other side.
         other = [g for g in range(k + 1) if (g == 0) != (best == 0) and not math.isnan(values[g])]
-        if not unmeasured and other and all((g == 0) == (best == 0) for b, g in self._cells if b == bucket):
+        here = [g for g in range(k + 1) if math.isfinite(self._own(bucket, g))]
+        if not unmeasured and other and all((g == 0) == (best == 0) for g in here):
             return self._choice(rows, self._best(values, other), probe=True)
+        pick = best
+        if best > 0 and not unmeasured:  # among drafting depths, the benefit of the doubt to the least measured
+            pick = max((g for g in range(1, k + 1) if math.isfinite(values[g])),
+                       key=lambda g: (self._optimistic(bucket, g, values[g]), -g))
         probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
         if probe_now and not unmeasured:
-            gamma = min({g for g in (0, best - 1, best + 1) if 0 <= g <= k and g != best},
-                        key=lambda g: (self._last(bucket, g), g))
-            self._probe = _Probe(bucket, tick, gamma, self.cost(rows, best), values[best], self.config.probe_steps)
+            gamma = self._probe_depth(bucket, pick, values)
+            self._probe = _Probe(bucket, tick, gamma, self.cost(rows, pick), values[pick], self.config.probe_steps)
             return self._choice(rows, gamma, probe=True)
-        return self._choice(rows, best, probe=unmeasured)
+        return self._choice(rows, pick, probe=unmeasured or pick != best)
+
+    def _probe_depth(self, bucket: int, pick: int, values: Sequence[float]) -> int:
+        """Probes take turns (module docstring): the stalest of plain decoding and `pick`'s neighbours, then the
+        depth with the highest raised tokens/s."""
+        k = self.config.max_gamma
+        self._probes[bucket] = turn = self._probes.get(bucket, 0) + 1
+        if turn % 2:
+            return min({g for g in (0, pick - 1, pick + 1) if 0 <= g <= k and g != pick},
+                       key=lambda g: (self._last(bucket, g), g))
+        return max((g for g in range(k + 1) if g != pick and math.isfinite(values[g])),
+                   key=lambda g: (self._optimistic(bucket, g, values[g]), -self._last(bucket, g), -g))
+
+    def _optimistic(self, bucket: int, gamma: int, value: float) -> float:
+        """`value` (tokens/s) raised by `optimism` standard errors of γ's estimate (module docstring: Doubt)."""
+        cell = self._cells.get((bucket, gamma))
+        steps = len(cell.recent) if self._settled(bucket, gamma) else 1
+        return value * math.exp(self.config.optimism * self.noise / math.sqrt(steps))
 
     def _best(self, values: Sequence[float], depths: Sequence[int]) -> int:
         """Plain decoding if it is among `depths` within `margin` of the highest tokens/s, else the depth of the
@@ -338,6 +366,10 @@ class DepthController:
         if known is not None:
             self._loads.append(seconds / known)
             self.load = statistics.median(self._loads)
+        if self._settled(bucket, gamma):
+            self._spreads.append(abs(math.log(seconds / self.load / cell.seconds)))
+            if len(self._spreads) >= 8:  # 1.4826 MAD: the standard deviation of a normal, robust to slow steps
+                self.noise = 1.4826 * statistics.median(self._spreads)
         cell.add(seconds / self.load)
         self._own_costs.pop(bucket, None)
         self._learn_acceptance(gamma, num_accepted)
