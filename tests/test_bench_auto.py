@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 
 import pytest
@@ -28,6 +29,8 @@ def test_bench_engine_times_auto_beside_plain_and_every_static_gamma(tmp_path):
                 for g, r in static.items()}
         assert auto["best_static_gamma"] == min(over, key=over.get)
         assert auto["over_best_static"] == pytest.approx(min(over.values()))
+        best = [a / b for a, b in zip(static[auto["best_static_gamma"]]["round_seconds"], auto["round_seconds"])]
+        assert auto["over_best_static_se"] == pytest.approx(1.2533 * statistics.stdev(best) / math.sqrt(2), rel=1e-4)
         assert auto["speedup"] == pytest.approx(statistics.median(
             a / b for a, b in zip(plain["round_seconds"], auto["round_seconds"])))
         assert sum(auto["gamma_chosen"].values()) > 0 and set(auto["gamma_chosen"]) == {"0", "1", "2"}
@@ -48,6 +51,8 @@ def test_bench_depth_times_auto_beside_plain_and_every_static_depth_on_a_task(tm
     over = {g: statistics.median(a / b for a, b in zip(rounds[g], rounds["auto"])) for g in (1, 2)}
     assert auto["best_static_gamma"] == min(over, key=over.get)
     assert auto["over_best_static"] == pytest.approx(min(over.values()))
+    best = [a / b for a, b in zip(rounds[auto["best_static_gamma"]], rounds["auto"])]  # its median's standard error
+    assert auto["over_best_static_se"] == pytest.approx(1.2533 * statistics.stdev(best) / math.sqrt(2), rel=1e-4)
     assert set(auto["gamma_chosen"]) == {"0", "1", "2"} and sum(auto["gamma_chosen"].values()) > 0
 
 

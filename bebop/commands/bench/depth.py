@@ -110,18 +110,19 @@ def print_table(all_records: list[dict]) -> None:
     static = sorted({r["gamma"] for r in all_records if r["gamma"] != "auto" and r["gamma"] > 0})
     head = f"{'task':<10}{'rows':>5}" + "".join(f"{'γ=' + str(g):>8}" for g in static)
     has_auto = any(r["gamma"] == "auto" for r in all_records)
-    print(head + (f"{'auto':>8}{'auto/best':>11}{'auto γ':>8}" if has_auto else ""))
+    print(head + (f"{'auto':>8}{'auto/best':>13}{'auto γ':>8}" if has_auto else ""))
     for task, rows in dict.fromkeys((r["task"], r["rows"]) for r in all_records):
         cells = {r["gamma"]: r for r in all_records if (r["task"], r["rows"]) == (task, rows)}
         line = f"{task:<10}{rows:>5}" + "".join(f"{cells[g]['speedup']:>7.2f}x" for g in static)
         if "auto" in cells:
             auto = cells["auto"]
-            best = "-" if auto["over_best_static"] is None else f"{auto['over_best_static']:.2f}"
-            line += f"{auto['speedup']:>7.2f}x{best:>11}{auto['gamma_mean']:>8.1f}"
+            best = "-" if auto["over_best_static"] is None else (f"{auto['over_best_static']:.2f}"
+                                                                 f"±{auto['over_best_static_se']:.2f}")
+            line += f"{auto['speedup']:>7.2f}x{best:>13}{auto['gamma_mean']:>8.1f}"
         print(line)
     print("speedup: seconds per generated token of plain decoding over the depth's, medians over rounds of the "
-          "ratio within a round; auto/best: the same ratio over the static depth auto fares worst against; auto γ: "
-          "its mean depth per engine step")
+          "ratio within a round; auto/best: the same ratio over the static depth auto fares worst against, ± its "
+          "standard error; auto γ: its mean depth per engine step")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -353,7 +353,8 @@ def print_table(records: list[dict]) -> None:
     Console(width=max(Console().width, 132)).print(table)
     for r in autos:  # the rows of gamma="auto": what it chose and how it compares with the best static γ
         best = "" if r["best_static_gamma"] is None else (
-            f", {r['over_best_static']:.2f}x the best static γ ({r['best_static_gamma']})")
+            f", {r['over_best_static']:.2f}x (± {r['over_best_static_se']:.2f}) the best static γ "
+            f"({r['best_static_gamma']})")
         print(f"{r['model']} batch {r['batch']} {r['mode']}{' compiled' if r['compiled'] else ''} γ=auto: chose "
               f"mean γ {r['gamma_mean']:.2f} {r['gamma_chosen']}; {r['speedup']:.2f}x plain{best}")
     names = {"hf": "HF generate()", "vllm": "vLLM"}
