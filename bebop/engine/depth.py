@@ -39,9 +39,8 @@ Doubt. The noise of a step's (load-adjusted) log seconds around its cell's media
 another bucket) is highest: a depth measured too little to be ruled out runs until it is settled or ruled out
 (switching among drafting depths costs nothing). Where steps barely vary (a GPU) this is the plain argmax.
 
-Margin. Plain decoding, the baseline MTP must never lose to, is chosen while it is within `margin` of the best
-estimate (no doubt given to drafts here): a draft must promise more tokens/s than the noise of measured costs and
-pay its switch (the head's catch-up after plain steps, the first step of a shape).
+Margin. Plain decoding, the baseline MTP must never lose to, is chosen while within `margin` of the best estimate (no
+doubt given to drafts here): a draft must beat the noise of measured costs and pay its switch (the head's catch-up).
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first, two steps each (a γ with no estimate is worth
 +inf). Deeper depths are then priced on the line and run when their doubt makes them a contender: a deep γ that
@@ -220,14 +219,13 @@ class DepthController:
         return self._expected[gamma]
 
     def cost(self, rows: int, gamma: int) -> float:
-        """Estimated seconds of a step at `rows` rows and depth γ (module docstring): this bucket's own estimate
-        (`_own`), else one scaled from the nearest bucket that has one and shares a measured depth with this one;
-        else inf while γ is to be explored (no bucket has an estimate of it), nan otherwise."""
-        bucket, depths = row_bucket(rows), range(self.config.max_gamma + 1)
+        """Seconds of a step at `rows` rows and depth γ: this bucket's own estimate (`_own`), else one scaled from the
+        nearest bucket that prices γ and a depth priced here; else inf while no bucket prices γ (to explore), or nan."""
+        bucket = row_bucket(rows)
         own = self._own(bucket, gamma)
         if math.isfinite(own):
             return self.load * own
-        here = [g for g in depths if math.isfinite(self._own(bucket, g))]
+        here = self._priced_here(bucket)
         buckets = {b for b, _ in self._cells}
         for other in sorted(buckets - {bucket}, key=lambda b: (abs(math.log(b / bucket)), b)):
             there = self._own(other, gamma)
@@ -249,6 +247,9 @@ class DepthController:
                 costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
+
+    def _priced_here(self, bucket: int) -> list[int]:
+        return [g for g in range(self.config.max_gamma + 1) if math.isfinite(self._own(bucket, g))]
 
     def _settled(self, bucket: int, gamma: int) -> bool:
         cell = self._cells.get((bucket, gamma))
@@ -284,8 +285,7 @@ class DepthController:
         # bucket's ratio, which rows move (the fewer rows, the less a draft costs against a plain step): measure
         # its best estimate before trusting the other side.
         other = [g for g in range(k + 1) if (g == 0) != (best == 0) and not math.isnan(values[g])]
-        here = [g for g in range(k + 1) if math.isfinite(self._own(bucket, g))]
-        if not unmeasured and other and all((g == 0) == (best == 0) for g in here):
+        if not unmeasured and other and all((g == 0) == (best == 0) for g in self._priced_here(bucket)):
             return self._choice(rows, self._best(values, other), probe=True)
         pick = best
         if best > 0 and not unmeasured:  # among drafting depths, the benefit of the doubt to the least measured

@@ -301,7 +301,8 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
             records.append(_timed(base, seconds, mode=method, gamma=gamma,
                                   acceptance_rate=rollout.stats["spec/acceptance_rate"],
                                   accept_length=rollout.stats["spec/accept_length"],
-                                  speedup=round_ratio(plain, seconds), theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
+                                  speedup=round_ratio(plain, seconds),
+                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
     return records
 
 

@@ -22,9 +22,9 @@ def round_ratio_se(numerator: list[float], denominator: list[float]) -> float:
 
 def auto_beside_static(auto: list[float], static: Mapping[int, list[float]], chosen: Mapping[int, int]) -> dict:
     """gamma="auto"'s fields beside the static depths of the same rounds (seconds per round): the best static γ, its
-    seconds over auto's with its standard error, and the depths auto chose ({γ: steps}) with their mean. The best static γ is the one auto
-    fares worst against in the rounds' paired ratios (the statistic reported), not the fastest by median seconds:
-    rounds differ in their prompts, so seconds taken across rounds mostly measure the prompts."""
+    seconds over auto's with its standard error, and the depths auto chose ({γ: steps}) with their mean. The best
+    static γ is the one auto fares worst against in the rounds' paired ratios (the statistic reported), not the
+    fastest by median seconds: rounds differ in their prompts, so seconds taken across rounds mostly measure them."""
     ratios = {g: round_ratio(seconds, auto) for g, seconds in static.items()}
     best = min(ratios, key=ratios.get, default=None)
     return {"gamma_chosen": dict(chosen),
