@@ -80,6 +80,27 @@ def test_probes_cost_at_most_their_budget(rows):
     assert 0 < extra <= config.probe_budget * sum(_cpu_like(rows, g) for g in chosen)
 
 
+def test_a_plain_probes_catch_up_of_the_head_counts_against_the_budget():
+    """While drafting wins, a probe of plain decoding leaves the head behind, and the next draft pays its catch-up
+    (`switch_s`, here twice a step): the budget counts it, so probes, catch-ups included, stay within it."""
+    config, alpha, catch_up = DepthConfig(max_gamma=2), 0.9, 2.0
+    cost = lambda g: 1.0 + 0.05 * g  # noqa: E731
+    tokens = lambda g: 1 + sum(alpha ** j for j in range(1, g + 1))  # noqa: E731  (expected, per row)
+    controller, generator = DepthController(config), torch.Generator().manual_seed(0)
+    previous, extra, spent = 2, 0.0, 0.0
+    for step in range(4000):
+        gamma = controller.choose(1)
+        switch_s = catch_up if gamma > 0 and previous == 0 else 0.0
+        controller.observe(1, gamma, cost(gamma) + switch_s, _accepted(generator, 1, gamma, alpha), switch_s=switch_s)
+        if step >= 6:  # after the exploration
+            extra += cost(gamma) + switch_s - tokens(gamma) * cost(2) / tokens(2)
+            spent += cost(gamma) + switch_s
+        previous = gamma
+    # Each gap is sized so its probe's cost is the budget's share of it: the spend sits at the budget, up to the
+    # noise of the drawn acceptance (1.03x the budget here); with the catch-up unbilled it was 2.8x (0.02 budget).
+    assert 0 < extra <= 1.25 * config.probe_budget * spent
+
+
 def test_picks_plain_decoding_when_drafts_cost_more_than_they_buy():
     controller = DepthController(DepthConfig(max_gamma=5))
     chosen = _run(controller, 4, 200, _cpu_like, alpha=0.0)

@@ -48,6 +48,43 @@ def test_a_draft_that_parts_from_the_policy_raises_the_alarm_and_names_the_misma
     assert bad["draft_health/mismatch_part"] < -0.25 and abs(bad["draft_health/entropy_part"]) < 0.05
 
 
+def _vllm_step_counters(generator: torch.Generator, *, entropy_shift: float = 0.0, mismatch: float = 0.0,
+                        drafts: int = 64) -> dict:
+    """The same draft as `_step_counters`, counted as vLLM counts it (per draft position, no entropy bins), with the
+    step's mean policy entropy the trainer logs beside it."""
+    h = 0.2 + 1.6 * torch.rand(drafts, 3, generator=generator, dtype=torch.float64) + entropy_shift  # [B, γ]
+    alpha = (0.9 - 0.3 * h - mismatch).clamp(0, 1)  # [B, γ]
+    num_accepted = (torch.rand(drafts, 3, generator=generator, dtype=torch.float64) < alpha).long().cumprod(-1).sum(-1)
+    per_pos = {f"spec/num_accepted_tokens_per_pos/{i}": int((num_accepted > i).sum()) for i in range(3)}
+    return {"spec/gamma": 3, "spec/method": "rs", "spec/num_drafts": drafts, "spec/num_draft_tokens": 3 * drafts,
+            "spec/num_accepted_tokens": int(num_accepted.sum()), **per_pos, "actor/entropy": float(h.mean())}
+
+
+def test_vllm_counters_without_entropy_bins_get_the_same_alarm():
+    """vLLM counts drafts per position, not per entropy bin: each step is one point at its mean entropy. Steps at one
+    entropy fit a flat law and stay inside; a draft that parts from the policy raises the alarm."""
+    generator, health = torch.Generator().manual_seed(2), DraftHealth(HealthConfig(fit_steps=4))
+    assert [health.check(_vllm_step_counters(generator)) for _ in range(4)] == [{}] * 4
+    assert health.fit.slope == 0.0  # four steps' mean entropies span far less than a bin: no slope from them
+    healthy = [health.check(_vllm_step_counters(generator)) for _ in range(20)]
+    assert sum(r["draft_health/alarm"] for r in healthy) <= 1
+    # the mean residual's standard error: the reference's (4 x 64 drafts) and the 20 steps' (binomial), ~0.033
+    assert abs(sum(r["draft_health/residual"] for r in healthy) / 20) < 0.1
+    with pytest.warns(UserWarning, match="mismatch term"):
+        bad = health.check(_vllm_step_counters(generator, mismatch=0.4))
+    assert bad["draft_health/alarm"] == 1.0 and bad["draft_health/mismatch_part"] < -0.25
+
+
+def test_vllm_steps_spread_over_entropy_fit_the_law_and_explain_an_entropy_move():
+    generator, health = torch.Generator().manual_seed(3), DraftHealth(HealthConfig(fit_steps=6))
+    for shift in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0):  # the steps' mean entropies span 1 nat
+        health.check(_vllm_step_counters(generator, entropy_shift=shift, drafts=256))
+    assert health.fit.slope == pytest.approx(-0.3, abs=0.1)
+    hotter = [health.check(_vllm_step_counters(generator, entropy_shift=0.9, drafts=256)) for _ in range(10)]
+    assert sum(r["draft_health/alarm"] for r in hotter) <= 1
+    assert all(abs(r["draft_health/mismatch_part"]) < 0.1 for r in hotter)
+
+
 def test_steps_without_drafts_are_skipped():
     health = DraftHealth()
     assert health.check({"spec/gamma": 3, "spec/method": "rs", "spec/num_drafts": 0}) == {}

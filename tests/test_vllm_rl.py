@@ -57,3 +57,24 @@ def test_bench_engine_times_vllm_beside_bebop(tmp_path):
     served = next(r for r in records if r["engine"] == "vllm")
     assert served["mode"] == "plain" and served["tokens_per_s"] > 0 and served["bebop_plain_over_vllm"] > 0
     assert "bebop plain / vLLM" in done.stdout
+
+
+def test_a_corrupt_head_pushed_into_vllm_raises_the_draft_health_alarm(tmp_path):
+    """The draft-health monitor on vLLM's counters (per position, no entropy bins): quiet while the pushed head is
+    the trained one, an alarm on every step after a push sends a head of random weights
+    (tests/health_push_worker.py)."""
+    from bebop.rl.draft_health import HealthConfig
+
+    at = HealthConfig().fit_steps + 1  # the law fitted, two healthy steps checked, then the bad push
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    done = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "health_push_worker.py"), "vllm",
+                           str(at), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(done.stdout.strip().splitlines()[-1])
+    alarms = [s.get("draft_health/alarm") for s in steps]
+    fitted = HealthConfig().fit_steps
+    assert alarms[:fitted] == [None] * fitted  # the law is being fitted
+    assert alarms[fitted:at + 1] == [0.0] * (at + 1 - fitted), alarms
+    assert alarms[at + 1:] == [1.0] * (len(steps) - at - 1), alarms
+    assert "mismatch term" in steps[at + 1]["draft_health/warning"]
+    assert steps[at + 1]["draft_health/measured"] < steps[at]["draft_health/measured"] - 0.3

@@ -56,7 +56,8 @@ chance; while plain decoding wins nothing measures acceptance), a bucket now and
 the one measured longest ago of plain decoding (the baseline of every choice) and the chosen depth's neighbours,
 then the one with the highest raised tokens/s: up to `probe_steps` steps in a row while it looks a close competitor
 (within twice the margin; a fresh median, one catch-up of the head), one step when far behind. A probe costs the
-time it took beyond what the best depth would take for the same tokens; the next waits until that extra is at most
+time it took beyond what the best depth would take for the same tokens, and a probe of plain decoding the head's
+catch-up after it too (on CPU as dear as the plain step's own extra); the next waits until that cost is at most
 `probe_budget` of the time spent since: at least `probe_every` steps, at most 16 times that.
 
 Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
@@ -70,8 +71,10 @@ import bisect
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from bebop.engine.depth_cells import Cell, fitted_line
 
 # Cost-table buckets by active rows: exact where a step's cost changes most per row (few rows), then ~1.5x apart.
 ROW_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -95,7 +98,7 @@ class DepthConfig:
     noise_prior: float = 0.15  # step-to-step spread of log seconds assumed until the controller has measured it
     acceptance_decay: float = 0.98  # per observed step: how fast old acceptance counts fade
     probe_every: int = 16  # the fewest steps of a bucket between two probes (0: never probe)
-    probe_budget: float = 0.02  # the share of a bucket's time its probes may cost beyond its best depth's
+    probe_budget: float = 0.01  # the share of a bucket's time its probes may cost beyond its best depth's
     probe_steps: int = 4  # steps a probe runs in a row (a fresh median; one catch-up of the head for them all)
     prior_weight: float = 1.0  # pseudo-drafts of the prior behind each α_i estimate
     margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
@@ -114,33 +117,6 @@ class DepthConfig:
                                ("probe_budget", 0 < self.probe_budget <= 1, "in (0, 1]")):
             if not ok:
                 raise ValueError(f"{name} must be {span}, got {getattr(self, name)}")
-
-
-@dataclass
-class _Cell:
-    recent: deque  # the last cost_window measurements (seconds)
-    count: int = 0  # measurements ever
-    last: int = 0  # the controller's observation count when last measured
-    seconds: float = math.nan  # its estimate: the median of `recent`, the fastest of one or two (module docstring)
-
-    def add(self, seconds: float) -> None:
-        self.recent.append(seconds)
-        self.count += 1
-        self.seconds = min(self.recent) if len(self.recent) < 3 else statistics.median_low(self.recent)
-
-
-def _fitted_line(cells: Mapping[int, _Cell], depths: Sequence[int]) -> list[float]:
-    """The costs at `depths` on the weighted least-squares line through {depth: cell} (>= 2 depths; weights: each
-    cell's samples in its window), its slope kept >= 0 (a deeper draft never costs less); where the line extrapolated
-    below the measured depths reaches 0, the cheapest cell."""
-    weights = {g: float(len(cell.recent)) for g, cell in cells.items()}
-    total = sum(weights.values())
-    mean_g = sum(w * g for g, w in weights.items()) / total
-    mean_s = sum(w * cells[g].seconds for g, w in weights.items()) / total
-    spread = sum(w * (g - mean_g) ** 2 for g, w in weights.items())
-    slope = max(0.0, sum(w * (g - mean_g) * (cells[g].seconds - mean_s) for g, w in weights.items()) / spread)
-    floor = min(cell.seconds for cell in cells.values())
-    return [cost if cost > 0 else floor for cost in (mean_s + slope * (g - mean_g) for g in depths)]
 
 
 @dataclass
@@ -173,11 +149,12 @@ class DepthController:
     config: DepthConfig
     _reached: list[float] = field(init=False)
     _accepted: list[float] = field(init=False)
-    _cells: dict[tuple[int, int], _Cell] = field(init=False)
+    _cells: dict[tuple[int, int], Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
     _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
     _probes: dict[int, int] = field(init=False)  # per bucket: probes so far (whose turn the next one is)
     _probe: _Probe | None = field(init=False, default=None)  # the probe under way
+    _billed: _Probe | None = field(init=False, default=None)  # a plain probe whose head catch-up is still to pay
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
     _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
     load: float = field(init=False, default=1.0)  # how much slower the machine runs now than the cells' reference
@@ -243,7 +220,7 @@ class DepthController:
             drafting, depths = {g: cell for g, cell in cells.items() if g > 0}, range(self.config.max_gamma + 1)
             costs = [cells[g].seconds if g in cells else math.nan for g in depths]
             if len(drafting) >= 2:
-                line = _fitted_line(drafting, depths[1:])
+                line = fitted_line(drafting, depths[1:])
                 costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
@@ -273,7 +250,7 @@ class DepthController:
         if self._probe is not None and self._probe.bucket == bucket:  # a probe runs its steps in a row
             return self._choice(rows, self._probe.gamma, probe=True)
         if self._probe is not None:  # the rows left its bucket: it ends here
-            self._schedule_probe()
+            self._end_probe()
         values = [self._value(rows, g) for g in range(k + 1)]
         if all(math.isnan(v) for v in values):  # nothing measured here to scale from: start where the nearest
             nearest = min({b for b, _ in self._cells}, key=lambda b: (abs(math.log(b / bucket)), b))  # bucket is best
@@ -325,9 +302,13 @@ class DepthController:
             return 0
         return max((g for g in sorted(depths) if g > 0), key=lambda g: values[g])
 
-    def _schedule_probe(self) -> None:
-        """After a probe: the next waits until what it cost beyond the best depth is `probe_budget` of the time."""
+    def _end_probe(self) -> None:
         probe, self._probe = self._probe, None
+        self._schedule_probe(probe)
+        self._billed = probe if probe.gamma == 0 else None  # the head is behind: the next draft catches it up
+
+    def _schedule_probe(self, probe: _Probe) -> None:
+        """After a probe: the next waits until what it cost beyond the best depth is `probe_budget` of the time."""
         every = self.config.probe_every
         budget = self.config.probe_budget * probe.best_cost  # seconds of probe cost per step of the bucket
         gap = math.ceil(probe.extra / budget) if probe.extra > 0 and math.isfinite(budget) and budget > 0 else every
@@ -352,6 +333,10 @@ class DepthController:
             raise ValueError(f"need seconds >= switch_s >= 0, got seconds={seconds}, switch_s={switch_s}")
         if gamma > 0 and not all(0 <= n <= gamma for n in num_accepted):
             raise ValueError(f"num_accepted must lie in 0..gamma={gamma}, got {num_accepted}")
+        if self._billed is not None:  # the step after a plain probe: its catch-up of the head is the probe's cost too
+            self._billed.extra += switch_s
+            self._schedule_probe(self._billed)
+            self._billed = None
         probe = self._probe
         if probe is not None:  # seconds beyond what the best depth would take to emit the probe's tokens
             emitted = 1 + sum(num_accepted) / max(len(num_accepted), 1)
@@ -359,7 +344,7 @@ class DepthController:
             probe.left -= 1
         seconds -= switch_s
         bucket = row_bucket(rows)
-        cell = self._cells.setdefault((bucket, gamma), _Cell(deque(maxlen=self.config.cost_window)))
+        cell = self._cells.setdefault((bucket, gamma), Cell(deque(maxlen=self.config.cost_window)))
         known = cell.seconds if len(cell.recent) >= 3 else None  # a cell measured enough to tell load from noise
         self._observed += 1
         cell.last = self._observed
@@ -376,7 +361,7 @@ class DepthController:
         # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
         if probe is not None and (probe.left == 0 or
                                   self._value(rows, gamma) < (1 - 2 * self.config.margin) * probe.best_value):
-            self._schedule_probe()
+            self._end_probe()
 
     def _learn_acceptance(self, gamma: int, num_accepted: list[int]) -> None:
         if gamma == 0:

@@ -16,6 +16,13 @@ excludes 0 raises a warning that names the PAPER Eq.-16 term that moved: over th
 [entropy part] + the rest [mismatch part]; the law predicts the first, so an alarm is the mismatch part moving (the
 draft and the policy parting), and the message says too when the entropy left the range the law was fitted on (the
 law extrapolated: PAPER §5's case for co-training the head).
+
+vLLM's counters are not binned by entropy (it does not say which tokens were drafts), only per draft position. There
+each step is one point of the law: its acceptance over reached positions at the step's mean policy entropy
+(`actor/entropy`, which the trainer logs on either backend). The law is linear, so its mean over a step's tokens is
+its value at their mean entropy; the points' entropies are those of all the step's tokens, not of the reached
+positions alone, an offset the fit and every later check share. Steps of one run seldom spread over much entropy,
+so the fit phase's points set a slope only when they span a bin (0.25 nats); below, acceptance is taken as flat.
 """
 
 from __future__ import annotations
@@ -25,10 +32,14 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import torch
+from torch import Tensor
+
 from bebop.entropy_law import EntropyFit, fit_entropy_law
-from bebop.metrics import binned_acceptance, pool
+from bebop.metrics import ENTROPY_BIN_EDGES, binned_acceptance, pool
 
 PREFIX = "draft_health/"
+BIN_WIDTH = ENTROPY_BIN_EDGES[1] - ENTROPY_BIN_EDGES[0]  # nats
 
 
 @dataclass(frozen=True)
@@ -43,9 +54,34 @@ class HealthConfig:
             raise ValueError(f"z must be > 0, got {self.z}")
 
 
+def _unbinned(counters: Mapping) -> tuple[float, float, float] | None:
+    """(accepted, reached) draft positions and the mean policy entropy of a step counted per position only (vLLM's
+    counters), or None without them."""
+    gamma, entropy = int(counters.get("spec/gamma", 0)), float(counters.get("actor/entropy", math.nan))
+    if gamma < 1 or not math.isfinite(entropy) or "spec/num_accepted_tokens_per_pos/0" not in counters:
+        return None
+    reached = float(counters.get("spec/num_drafts", 0))
+    total_accepted = total_reached = 0.0
+    for i in range(gamma):  # position i is reached by the drafts that accepted position i - 1
+        accepted = float(counters[f"spec/num_accepted_tokens_per_pos/{i}"])
+        total_accepted, total_reached, reached = total_accepted + accepted, total_reached + reached, accepted
+    return total_accepted, total_reached, entropy
+
+
+def _points(counters: Mapping) -> tuple[Tensor, Tensor, Tensor]:
+    """The step's points of the law, float64 [points] each: (mean H, acceptance, reached positions) per entropy bin
+    (bebop's engine), or one point at the step's mean entropy where only per-position counters exist (vLLM's)."""
+    entropy, acceptance, reached = binned_acceptance(counters)
+    unbinned = _unbinned(counters) if len(reached) == 0 else None
+    if unbinned is not None and unbinned[1] > 0:
+        accepted, total, mean_entropy = unbinned
+        return tuple(torch.tensor([value], dtype=torch.float64) for value in (mean_entropy, accepted / total, total))
+    return entropy, acceptance, reached
+
+
 def _acceptance(counters: Mapping) -> tuple[float, float, float, float]:
     """(measured acceptance, mean entropy, reached positions, drafts) of reached draft positions in `counters`."""
-    entropy, acceptance, reached = binned_acceptance(counters)  # [bins] each
+    entropy, acceptance, reached = _points(counters)
     total = float(reached.sum())
     if total <= 0:
         return math.nan, math.nan, 0.0, 0.0
@@ -54,7 +90,7 @@ def _acceptance(counters: Mapping) -> tuple[float, float, float, float]:
 
 
 def _predicted(fit: EntropyFit, counters: Mapping) -> float:
-    entropy, _, reached = binned_acceptance(counters)
+    entropy, _, reached = _points(counters)
     return float(((fit.intercept + fit.slope * entropy) * reached).sum() / reached.sum())
 
 
@@ -102,9 +138,14 @@ class DraftHealth:
         return out
 
     def _fit(self) -> None:
-        pooled = pool(self._early)
-        entropy, acceptance, reached = binned_acceptance(pooled)
-        if int((reached > 0).sum()) >= 3 and float(entropy.max() - entropy.min()) > 1e-6:
+        binned = len(binned_acceptance(self._early[0])[2]) > 0
+        if binned:  # the steps' bins pooled: a point per bin
+            entropy, acceptance, reached = binned_acceptance(pool(self._early))
+            spread = 1e-6
+        else:  # a point per step, a slope only across a bin's width of entropy (module docstring)
+            entropy, acceptance, reached = (torch.cat(column) for column in zip(*map(_points, self._early)))
+            spread = BIN_WIDTH
+        if int((reached > 0).sum()) >= 3 and float(entropy.max() - entropy.min()) > spread:
             self.fit = fit_entropy_law(entropy, acceptance, weights=reached, n_bootstrap=0)
         else:  # too little entropy spread for a slope: acceptance taken as flat in entropy
             mean = float((acceptance * reached).sum() / reached.sum())
@@ -113,6 +154,8 @@ class DraftHealth:
         residuals = [_acceptance(c)[0] - _predicted(self.fit, c) for c in self._early]
         dof = max(len(residuals) - 2, 1)
         self._scatter = math.sqrt(sum(r * r for r in residuals) / dof)
-        alpha_0, h_0, _, _ = _acceptance(pooled)
-        # The law covers the bins it was fitted on; their means sit inside bins 0.25 nats wide (ENTROPY_BIN_EDGES).
-        self._reference = (alpha_0, h_0, float(entropy.min()) - 0.125, float(entropy.max()) + 0.125)
+        total = float(reached.sum())
+        alpha_0, h_0 = float((acceptance * reached).sum()) / total, float((entropy * reached).sum()) / total
+        # The law covers the points it was fitted on, each the mean of a bin 0.25 nats wide (ENTROPY_BIN_EDGES) or of
+        # a step's tokens: half a bin either side.
+        self._reference = (alpha_0, h_0, float(entropy.min()) - BIN_WIDTH / 2, float(entropy.max()) + BIN_WIDTH / 2)

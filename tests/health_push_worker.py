@@ -1,0 +1,45 @@
+"""A GRPO run whose rollout backend gets a corrupt MTP head pushed mid-run, for the draft-health tests; one run per
+process (vLLM holds process-wide state):
+
+    python tests/health_push_worker.py BACKEND AT RUN_DIR     # BACKEND: bebop | vllm
+
+The default policy drafts with its e2e_tv head (RS, γ = 3, head frozen); the push after update AT sends a head of
+random weights with the policy, as a weight sync gone wrong would. Prints one JSON line: per step, its
+`draft_health/*` fields.
+"""
+
+import copy
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def main(backend: str, at: int, run_dir: str) -> list[dict]:
+    import torch
+
+    from bebop.default import load_default
+    from bebop.rl import RLConfig, Trainer
+    from bebop.tasks import build_tasks
+
+    class CorruptPush(Trainer):
+        def _refresh_snapshot(self) -> None:  # sync mode: after each update (and once at the start)
+            super()._refresh_snapshot()
+            if self.version == at + 1:
+                bad = copy.deepcopy(self.head)
+                with torch.no_grad():
+                    for p in bad.parameters():
+                        p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
+                self.engine.push_weights(self.policy, bad)
+
+    default = load_default(dtype=torch.float32)
+    config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 3, prompts_per_step=4,
+                           group_size=4, max_new_tokens=32, checkpoint_every=0)
+    trainer = CorruptPush(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
+                          task=build_tasks(["math"])["math"])
+    return [{k: v for k, v in r.items() if k.startswith("draft_health/")} for r in trainer.run()]
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
