@@ -22,7 +22,10 @@ none is a constant of the machine:
                 one of 3 does, measured on CPU), so a line would misprice the depths it does not pass through.
                 Before, by the least-squares line through the bucket's drafting cells, each weighted by its
                 samples (each draft position adds a head pass and a verified token per row: the best guess a few
-                steps allow; the head's own cost, the jump from γ = 0 to 1, stays out of it). A plain step runs
+                steps allow; the head's own cost, the jump from γ = 0 to 1, stays out of it). Beyond the deepest
+                depth measured, by that depth's cell: the least a deeper draft can cost, so that a depth is run
+                unless even its best case cannot pay (a line through γ = 1 and 2 priced deeper depths out for
+                good where a third draft cost a fraction of the second). A plain step runs
                 without the head (the engine catches it up in one forward when a step drafts again): a price of
                 switching, not of the depth, kept out of the table (`observe(switch_s=)`), counted by the probes.
 
@@ -43,8 +46,8 @@ Margin. Plain decoding, the baseline MTP must never lose to, is chosen while wit
 doubt given to drafts here): a draft must beat the noise of measured costs and pay its switch (the head's catch-up).
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first, two steps each (a γ with no estimate is worth
-+inf). Deeper depths are then priced on the line and run when their doubt makes them a contender: a deep γ that
-cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth the nearest measured
++inf). Each deeper depth is then priced at the cost of the deepest measured one and run while that makes it a
+contender: a deep γ whose best case cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth the nearest measured
 bucket finds best. A cell the bucket cannot price itself is estimated from the nearest bucket that prices both it
 and a depth measured here (a drafting one for a drafting depth), scaled by the ratio of the two (what matters for
 the argmax is cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio). The ratio
@@ -222,6 +225,8 @@ class DepthController:
             if len(drafting) >= 2:
                 line = fitted_line(drafting, depths[1:])
                 costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
+                deepest = max(drafting)  # beyond it, the least a deeper draft can cost (module docstring)
+                costs[deepest + 1:] = [drafting[deepest].seconds] * (len(depths) - deepest - 1)
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
 
