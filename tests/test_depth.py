@@ -71,6 +71,19 @@ def test_a_slow_patch_on_the_shallow_depths_does_not_price_the_deep_ones_out(see
     assert sum(g >= 3 for g in chosen[-100:]) >= 90
 
 
+def test_a_depth_deeper_than_a_bucket_measured_is_priced_by_another_buckets_measurement_before_its_best_case():
+    """Rows bucket 8 measured γ = 0-4, bucket 4 only γ = 0-2: at 4 rows γ = 3 and 4 are priced from bucket 8's cells,
+    scaled by γ = 2's ratio between the buckets, not at their best case (γ = 2's cost here), so a bucket does not
+    explore again what another measured; γ = 5, measured nowhere, is priced at its best case."""
+    controller = DepthController(DepthConfig(max_gamma=5))
+    for rows, costs in ((8, (1.0, 1.5, 2.0, 2.6, 3.2)), (4, (0.8, 1.0, 1.2))):
+        for gamma, seconds in enumerate(costs):
+            for _ in range(5):
+                controller.observe(rows, gamma, seconds, [gamma] * rows)
+    assert [controller.cost(4, g) for g in (3, 4)] == pytest.approx([1.2 * 2.6 / 2.0, 1.2 * 3.2 / 2.0])
+    assert controller.cost(4, 5) == pytest.approx(1.2)
+
+
 def test_a_depth_is_not_priced_by_its_first_step_alone():
     controller = DepthController(DepthConfig(max_gamma=2))
     controller.observe(4, 0, 1.0, [0] * 4)
@@ -244,8 +257,9 @@ def test_a_drafting_depth_is_priced_by_its_buckets_line_until_it_has_settle_step
     """Steps at γ = 1, 2 and 3 (5, 3 and 5 of them): γ = 1 and 3 have `settle` steps, so their own medians price
     them; γ = 2 (3 steps) is priced by the line through the bucket's drafting cells, weighted by their samples, and
     γ = 4 (never run) by the deepest measured depth's cost, the least it can cost. A single step (one-off costs, or
-    another process took the cores) counts nowhere: γ = 4's 9 s moves neither its price nor the line. Two more steps settle γ = 2 at its own median: a machine's costs need not
-    be linear in γ (a verify of 3 tokens per row may cost what one of 2 does)."""
+    another process took the cores) counts nowhere: γ = 4's 9 s moves neither its price nor the line. Two more steps
+    settle γ = 2 at its own median: a machine's costs need not be linear in γ (a verify of 3 tokens per row may cost
+    what one of 2 does)."""
     controller = DepthController(DepthConfig(max_gamma=4, settle=5))
     for _ in range(5):
         controller.observe(8, 1, 2.0, [1] * 8)

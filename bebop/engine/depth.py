@@ -23,9 +23,10 @@ none is a constant of the machine:
                 Before, by the least-squares line through the bucket's drafting cells, each weighted by its
                 samples (each draft position adds a head pass and a verified token per row: the best guess a few
                 steps allow; the head's own cost, the jump from γ = 0 to 1, stays out of it). Beyond the deepest
-                depth measured, by that depth's cell: the least a deeper draft can cost, so that a depth is run
-                unless even its best case cannot pay (a line through γ = 1 and 2 priced deeper depths out for
-                good where a third draft cost a fraction of the second). A plain step runs
+                depth measured (and no other bucket's measurement to scale), by the dearest shallower one: the
+                least a deeper draft can cost, so that a depth is run unless even its best case cannot pay (a line
+                through γ = 1 and 2 priced deeper depths out for good where a third draft cost a fraction of the
+                second). A plain step runs
                 without the head (the engine catches it up in one forward when a step drafts again): a price of
                 switching, not of the depth, kept out of the table (`observe(switch_s=)`), counted by the probes.
 
@@ -46,11 +47,13 @@ Margin. Plain decoding, the baseline MTP must never lose to, is chosen while wit
 doubt given to drafts here): a draft must beat the noise of measured costs and pay its switch (the head's catch-up).
 
 Exploration. Plain decoding, γ = 1 and γ = 2 are measured first, two steps each (a γ with no estimate is worth
-+inf). Each deeper depth is then priced at the cost of the deepest measured one and run while that makes it a
-contender: a deep γ whose best case cannot pay is never run to find out. A bucket with nothing measured yet starts at the depth the nearest measured
-bucket finds best. A cell the bucket cannot price itself is estimated from the nearest bucket that prices both it
-and a depth measured here (a drafting one for a drafting depth), scaled by the ratio of the two (what matters for
-the argmax is cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far more than the ratio). The ratio
++inf). Each deeper depth is then priced at its best case (the cost of the dearest measured one) and run while
+that makes it a contender: a deep γ whose best case cannot pay is never run to find out (where another bucket
+measured it, that measurement, scaled as below, prices it instead). A bucket with nothing measured yet starts at
+the depth the nearest measured bucket finds best. A cell the bucket cannot price itself is estimated from the
+nearest bucket that prices both it and a depth measured here (a drafting one for a drafting depth), scaled by the
+ratio of the two (what matters for the argmax is cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far
+more than the ratio). The ratio
 across the head's jump does move with rows (the fewer rows, the less a draft costs against a plain step), so a
 bucket that has measured only one side of it (plain decoding, or drafting) measures the other side's best estimate.
 
@@ -200,7 +203,8 @@ class DepthController:
 
     def cost(self, rows: int, gamma: int) -> float:
         """Seconds of a step at `rows` rows and depth γ: this bucket's own estimate (`_own`), else one scaled from the
-        nearest bucket that prices γ and a depth priced here; else inf while no bucket prices γ (to explore), or nan."""
+        nearest bucket that prices γ and a depth priced here, else its best case; else inf while no bucket prices γ
+        (to explore), or nan."""
         bucket = row_bucket(rows)
         own = self._own(bucket, gamma)
         if math.isfinite(own):
@@ -213,6 +217,11 @@ class DepthController:
             if math.isfinite(there) and shared:  # a drafting depth scales a drafting one: same side of the head
                 ref = min(shared, key=lambda g: ((g == 0) != (gamma == 0), abs(g - gamma)))
                 return self.load * self._own(bucket, ref) * there / self._own(other, ref)
+        # Deeper than any drafting depth measured here or in a bucket that shares one: its best case, the least a
+        # deeper draft can cost, the dearest shallower drafting depth's (module docstring).
+        below = [self._own(bucket, g) for g in range(1, gamma) if math.isfinite(self._own(bucket, g))]
+        if len(below) >= 2:  # (γ = 1 and 2 are measured first: Exploration)
+            return self.load * max(below)
         return math.inf if all(math.isnan(self._own(b, gamma)) for b in buckets) else math.nan
 
     def _own(self, bucket: int, gamma: int) -> float:
@@ -225,8 +234,7 @@ class DepthController:
             if len(drafting) >= 2:
                 line = fitted_line(drafting, depths[1:])
                 costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
-                deepest = max(drafting)  # beyond it, the least a deeper draft can cost (module docstring)
-                costs[deepest + 1:] = [drafting[deepest].seconds] * (len(depths) - deepest - 1)
+                costs[max(drafting) + 1:] = [math.nan] * (len(depths) - max(drafting) - 1)  # not extrapolated
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
 
