@@ -429,7 +429,7 @@ def _regret(rows: int, alpha: float, seed: int, rollouts: int = 8) -> float:
 def test_regret_against_the_best_depth_of_each_rows_count_stays_small_under_a_shared_machines_noise():
     """Four rows whose ends are uneven, a good draft (α = 0.9), costs as measured on a CPU with its step-to-step
     noise: over 8 rollouts the controller, learning from nothing, loses under 7% of its time to exploring, probing
-    and misjudged depths, on average over 8 seeds (5.1%, standard error 0.9%; 11.1% where a line through the
+    and misjudged depths, on average over 8 seeds (4.5%, standard error 0.4%; 11.1% where a line through the
     shallow depths priced the deep ones and one step could rule a depth out)."""
     regrets = [_regret(4, 0.9, seed) for seed in range(8)]
     assert sum(regrets) / len(regrets) < 0.07, regrets
