@@ -273,6 +273,19 @@ def pool(records: Iterable[Mapping]) -> dict[str, float | int | str]:
     return total
 
 
+def positions(counters: Mapping) -> list[tuple[float, float]]:
+    """(reached, accepted) drafts per draft position [γ] (NaN accepted where a position has no count). A draft reaches
+    position i + 1 exactly when it accepted i; steps of different depths (gamma="auto") store the reached counts, as
+    not every draft that accepted i - 1 drafted i there (`bebop.engine.depth_counters.pool_depths`)."""
+    out, reached = [], float(counters["spec/num_drafts"])
+    for i in range(int(counters["spec/gamma"])):
+        accepted = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
+        reached = float(counters.get(f"spec/num_reached_tokens_per_pos/{i}", reached))
+        out.append((reached, accepted))
+        reached = accepted
+    return out
+
+
 def derive(counters: Mapping) -> dict[str, float]:
     """Rates from (pooled) counters; a rate over zero events is NaN. Needs spec/gamma and spec/num_drafts."""
     for key in ("spec/gamma", "spec/num_drafts", "spec/num_draft_tokens", "spec/num_accepted_tokens"):
@@ -282,15 +295,9 @@ def derive(counters: Mapping) -> dict[str, float]:
     accepted = float(counters["spec/num_accepted_tokens"])
     out = {"spec/acceptance_rate": _ratio(accepted, float(counters["spec/num_draft_tokens"])),
            "spec/accept_length": 1.0 + accepted / drafts if drafts > 0 else math.nan}
-    reached = drafts
-    for i in range(gamma):
-        at_i = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
+    for i, (reached, at_i) in enumerate(positions(counters)):
         out[f"spec/acceptance_rate_pos/{i}"] = _ratio(at_i, drafts)
-        # Steps of different depths (gamma="auto"): not every draft that accepted i-1 drafted i, so the reached
-        # counts are stored (`bebop.engine.depth_counters.pool_depths`).
-        reached = float(counters.get(f"spec/num_reached_tokens_per_pos/{i}", reached))
         out[f"spec/alpha_pos/{i}"] = _ratio(at_i, reached)
-        reached = at_i  # a draft reaches i+1 exactly when it accepted i
     rows = _bins(counters)
     for k, reached, accepted_k, entropy_sum in rows:
         out[f"spec/by_entropy/{k}/acceptance_rate"] = _ratio(accepted_k, reached)

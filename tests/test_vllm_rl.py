@@ -17,9 +17,13 @@ from bebop.runlog import load_run
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
 
 
-def _bebop(*args: str) -> subprocess.CompletedProcess:
+def _python(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return subprocess.run([sys.executable, "-m", "bebop", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _bebop(*args: str) -> subprocess.CompletedProcess:
+    return _python("-m", "bebop", *args)
 
 
 def test_rl_on_vllm_trains_async(tmp_path):
@@ -66,9 +70,8 @@ def test_a_corrupt_head_pushed_into_vllm_raises_the_draft_health_alarm(tmp_path)
     from bebop.rl.draft_health import HealthConfig
 
     at = HealthConfig().fit_steps + 1  # the law fitted, two healthy steps checked, then the bad push
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    done = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "health_push_worker.py"), "vllm",
-                           str(at), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=600)
+    done = _python(os.path.join(os.path.dirname(__file__), "health_push_worker.py"), "vllm", str(at),
+                   str(tmp_path / "run"), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = json.loads(done.stdout.strip().splitlines()[-1])
     alarms = [s.get("draft_health/alarm") for s in steps]

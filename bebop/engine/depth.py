@@ -26,9 +26,9 @@ none is a constant of the machine:
                 depth measured (and no other bucket's measurement to scale), by the dearest shallower one: the
                 least a deeper draft can cost, so that a depth is run unless even its best case cannot pay (a line
                 through γ = 1 and 2 priced deeper depths out for good where a third draft cost a fraction of the
-                second). A plain step runs
-                without the head (the engine catches it up in one forward when a step drafts again): a price of
-                switching, not of the depth, kept out of the table (`observe(switch_s=)`), counted by the probes.
+                second). A plain step runs without the head (the engine catches it up in one forward when a step
+                drafts again): a price of switching, not of the depth, kept out of the table
+                (`observe(switch_s=)`), counted by the probes.
 
 Load. The load of a shared machine comes and goes (another process takes the cores, the RL update runs beside the
 rollout), and it slows every depth alike, while the cells were measured at different moments: a depth measured in a
@@ -53,9 +53,9 @@ measured it, that measurement, scaled as below, prices it instead). A bucket wit
 the depth the nearest measured bucket finds best. A cell the bucket cannot price itself is estimated from the
 nearest bucket that prices both it and a depth measured here (a drafting one for a drafting depth), scaled by the
 ratio of the two (what matters for the argmax is cost(rows, γ) / cost(rows, γ'): rows change the absolute cost far
-more than the ratio). The ratio
-across the head's jump does move with rows (the fewer rows, the less a draft costs against a plain step), so a
-bucket that has measured only one side of it (plain decoding, or drafting) measures the other side's best estimate.
+more than the ratio). The ratio across the head's jump does move with rows (the fewer rows, the less a draft costs
+against a plain step), so a bucket that has measured only one side of it (plain decoding, or drafting) measures the
+other side's best estimate.
 
 Probes. So that no estimate goes stale (load comes and goes; a depth priced out by a slow patch must get another
 chance; while plain decoding wins nothing measures acceptance), a bucket now and then runs another depth, in turns
@@ -219,7 +219,7 @@ class DepthController:
                 return self.load * self._own(bucket, ref) * there / self._own(other, ref)
         # Deeper than any drafting depth measured here or in a bucket that shares one: its best case, the least a
         # deeper draft can cost, the dearest shallower drafting depth's (module docstring).
-        below = [self._own(bucket, g) for g in range(1, gamma) if math.isfinite(self._own(bucket, g))]
+        below = [self._own(bucket, g) for g in here if 0 < g < gamma]
         if len(below) >= 2:  # (γ = 1 and 2 are measured first: Exploration)
             return self.load * max(below)
         return math.inf if all(math.isnan(self._own(b, gamma)) for b in buckets) else math.nan
@@ -231,10 +231,10 @@ class DepthController:
             cells = {g: cell for (b, g), cell in self._cells.items() if b == bucket and cell.count >= 2}
             drafting, depths = {g: cell for g, cell in cells.items() if g > 0}, range(self.config.max_gamma + 1)
             costs = [cells[g].seconds if g in cells else math.nan for g in depths]
-            if len(drafting) >= 2:
-                line = fitted_line(drafting, depths[1:])
-                costs[1:] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in depths[1:]]
-                costs[max(drafting) + 1:] = [math.nan] * (len(depths) - max(drafting) - 1)  # not extrapolated
+            if len(drafting) >= 2:  # the line up to the deepest drafting cell, not extrapolated beyond (cost())
+                priced = range(1, max(drafting) + 1)
+                line = fitted_line(drafting, priced)
+                costs[1:len(line) + 1] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in priced]
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from bebop.entropy_law import EntropyFit, fit_entropy_law
-from bebop.metrics import ENTROPY_BIN_EDGES, binned_acceptance, pool
+from bebop.metrics import ENTROPY_BIN_EDGES, binned_acceptance, pool, positions
 
 PREFIX = "draft_health/"
 BIN_WIDTH = ENTROPY_BIN_EDGES[1] - ENTROPY_BIN_EDGES[0]  # nats
@@ -57,15 +57,12 @@ class HealthConfig:
 def _unbinned(counters: Mapping) -> tuple[float, float, float] | None:
     """(accepted, reached) draft positions and the mean policy entropy of a step counted per position only (vLLM's
     counters), or None without them."""
-    gamma, entropy = int(counters.get("spec/gamma", 0)), float(counters.get("actor/entropy", math.nan))
-    if gamma < 1 or not math.isfinite(entropy) or "spec/num_accepted_tokens_per_pos/0" not in counters:
+    entropy = float(counters.get("actor/entropy", math.nan))
+    needed = ("spec/gamma", "spec/num_drafts", "spec/num_accepted_tokens_per_pos/0")
+    if not math.isfinite(entropy) or any(key not in counters for key in needed):
         return None
-    reached = float(counters.get("spec/num_drafts", 0))
-    total_accepted = total_reached = 0.0
-    for i in range(gamma):  # position i is reached by the drafts that accepted position i - 1
-        accepted = float(counters[f"spec/num_accepted_tokens_per_pos/{i}"])
-        total_accepted, total_reached, reached = total_accepted + accepted, total_reached + reached, accepted
-    return total_accepted, total_reached, entropy
+    per_position = positions(counters)
+    return sum(a for _, a in per_position), sum(r for r, _ in per_position), entropy
 
 
 def _points(counters: Mapping) -> tuple[Tensor, Tensor, Tensor]:
