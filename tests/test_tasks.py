@@ -15,7 +15,8 @@ from bebop.data.tasks.agent import calc
 from bebop.data.tasks.sandbox import SandboxConfig
 from bebop.data.tokenizer import CALL_CLOSE, EOS, RESULT_CLOSE, RESULT_OPEN, CharTokenizer
 
-FAST_CODE = CodeConfig(sandbox=SandboxConfig(timeout_s=1.5, cpu_s=1, memory_mb=128), max_workers=2)
+# A loop dies at 1 s of CPU; the wall-clock limit is generous so a loaded machine does not fail correct code.
+FAST_CODE = CodeConfig(sandbox=SandboxConfig(timeout_s=10.0, cpu_s=1, memory_mb=128), max_workers=2)
 
 
 def make(name: str):

@@ -231,10 +231,11 @@ class DepthController:
             cells = {g: cell for (b, g), cell in self._cells.items() if b == bucket and cell.count >= 2}
             drafting, depths = {g: cell for g, cell in cells.items() if g > 0}, range(self.config.max_gamma + 1)
             costs = [cells[g].seconds if g in cells else math.nan for g in depths]
-            if len(drafting) >= 2:  # the line up to the deepest drafting cell, not extrapolated beyond (cost())
-                priced = range(1, max(drafting) + 1)
-                line = fitted_line(drafting, priced)
-                costs[1:len(line) + 1] = [costs[g] if self._settled(bucket, g) else line[g - 1] for g in priced]
+            # The line prices the unsettled depths up to the deepest drafting cell, not beyond (cost()).
+            unsettled = [g for g in range(1, max(drafting, default=0) + 1) if not self._settled(bucket, g)]
+            if len(drafting) >= 2 and unsettled:
+                for g, seconds in zip(unsettled, fitted_line(drafting, unsettled)):
+                    costs[g] = seconds
             self._own_costs[bucket] = costs
         return self._own_costs[bucket][gamma]
 
