@@ -81,6 +81,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bebop.engine.depth_cells import Cell, fitted_line
+from bebop.engine.depth_probes import Probe, ProbeSchedule
 
 # Cost-table buckets by active rows: exact where a step's cost changes most per row (few rows), then ~1.5x apart.
 ROW_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -125,17 +126,6 @@ class DepthConfig:
                 raise ValueError(f"{name} must be {span}, got {getattr(self, name)}")
 
 
-@dataclass
-class _Probe:
-    bucket: int
-    tick: int  # the bucket's decision count when it began
-    gamma: int
-    best_cost: float  # seconds of a step at the best depth, when it began
-    best_value: float  # the best depth's tokens/s per row, when it began
-    left: int  # steps still to run
-    extra: float = 0.0  # seconds spent so far beyond what the best depth would take for the same tokens
-
-
 @dataclass(frozen=True)
 class Choice:
     """One decision and its reasons: the depth, the acceptance it expected and the step cost it used."""
@@ -157,10 +147,7 @@ class DepthController:
     _accepted: list[float] = field(init=False)
     _cells: dict[tuple[int, int], Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
-    _next_probe: dict[int, int] = field(init=False)  # per bucket: the tick from which the next probe is due
-    _probes: dict[int, int] = field(init=False)  # per bucket: probes so far (whose turn the next one is)
-    _probe: _Probe | None = field(init=False, default=None)  # the probe under way
-    _billed: _Probe | None = field(init=False, default=None)  # a plain probe whose head catch-up is still to pay
+    _probing: ProbeSchedule = field(init=False)
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
     _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
     load: float = field(init=False, default=1.0)  # how much slower the machine runs now than the cells' reference
@@ -174,7 +161,8 @@ class DepthController:
     def __post_init__(self) -> None:
         k = self.config.max_gamma
         self._reached, self._accepted = [0.0] * k, [0.0] * k
-        self._cells, self._steps, self._next_probe, self._probes, self._own_costs = {}, {}, {}, {}, {}
+        self._cells, self._steps, self._own_costs = {}, {}, {}
+        self._probing = ProbeSchedule(self.config.probe_every, self.config.probe_budget)
         self._loads = deque(maxlen=self.config.load_window)
         self._spreads, self.noise = deque(maxlen=64), self.config.noise_prior
 
@@ -261,10 +249,11 @@ class DepthController:
         bucket, k = row_bucket(rows), self.config.max_gamma
         tick = self._steps.get(bucket, 0)
         self._steps[bucket] = tick + 1
-        if self._probe is not None and self._probe.bucket == bucket:  # a probe runs its steps in a row
-            return self._choice(rows, self._probe.gamma, probe=True)
-        if self._probe is not None:  # the rows left its bucket: it ends here
-            self._end_probe()
+        running = self._probing.running
+        if running is not None and running.bucket == bucket:  # a probe runs its steps in a row
+            return self._choice(rows, running.gamma, probe=True)
+        if running is not None:  # the rows left its bucket: it ends here
+            self._probing.end()
         values = [self._value(rows, g) for g in range(k + 1)]
         if all(math.isnan(v) for v in values):  # nothing measured here to scale from: start where the nearest
             nearest = min({b for b, _ in self._cells}, key=lambda b: (abs(math.log(b / bucket)), b))  # bucket is best
@@ -282,10 +271,10 @@ class DepthController:
         if best > 0 and not unmeasured:  # among drafting depths, the benefit of the doubt to the least measured
             pick = max((g for g in range(1, k + 1) if math.isfinite(values[g])),
                        key=lambda g: (self._optimistic(bucket, g, values[g]), -g))
-        probe_now = self.config.probe_every > 0 and tick >= self._next_probe.get(bucket, self.config.probe_every)
-        if probe_now and not unmeasured:
+        if self._probing.due(bucket, tick) and not unmeasured:
             gamma = self._probe_depth(bucket, pick, values)
-            self._probe = _Probe(bucket, tick, gamma, self.cost(rows, pick), values[pick], self.config.probe_steps)
+            self._probing.running = Probe(bucket, tick, gamma, self.cost(rows, pick), values[pick],
+                                          self.config.probe_steps)
             return self._choice(rows, gamma, probe=True)
         return self._choice(rows, pick, probe=unmeasured or pick != best)
 
@@ -293,8 +282,7 @@ class DepthController:
         """Probes take turns (module docstring): the stalest of plain decoding and `pick`'s neighbours, then the
         depth with the highest raised tokens/s."""
         k = self.config.max_gamma
-        self._probes[bucket] = turn = self._probes.get(bucket, 0) + 1
-        if turn % 2:
+        if self._probing.turn(bucket) % 2:
             return min({g for g in (0, pick - 1, pick + 1) if 0 <= g <= k and g != pick},
                        key=lambda g: (self._last(bucket, g), g))
         return max((g for g in range(k + 1) if g != pick and math.isfinite(values[g])),
@@ -316,18 +304,6 @@ class DepthController:
             return 0
         return max((g for g in sorted(depths) if g > 0), key=lambda g: values[g])
 
-    def _end_probe(self) -> None:
-        probe, self._probe = self._probe, None
-        self._schedule_probe(probe)
-        self._billed = probe if probe.gamma == 0 else None  # the head is behind: the next draft catches it up
-
-    def _schedule_probe(self, probe: _Probe) -> None:
-        """After a probe: the next waits until what it cost beyond the best depth is `probe_budget` of the time."""
-        every = self.config.probe_every
-        budget = self.config.probe_budget * probe.best_cost  # seconds of probe cost per step of the bucket
-        gap = math.ceil(probe.extra / budget) if probe.extra > 0 and math.isfinite(budget) and budget > 0 else every
-        self._next_probe[probe.bucket] = probe.tick + min(max(gap, every), 16 * every)
-
     def _last(self, bucket: int, gamma: int) -> int:
         cell = self._cells.get((bucket, gamma))
         return -1 if cell is None else cell.last
@@ -347,15 +323,10 @@ class DepthController:
             raise ValueError(f"need seconds >= switch_s >= 0, got seconds={seconds}, switch_s={switch_s}")
         if gamma > 0 and not all(0 <= n <= gamma for n in num_accepted):
             raise ValueError(f"num_accepted must lie in 0..gamma={gamma}, got {num_accepted}")
-        if self._billed is not None:  # the step after a plain probe: its catch-up of the head is the probe's cost too
-            self._billed.extra += switch_s
-            self._schedule_probe(self._billed)
-            self._billed = None
-        probe = self._probe
-        if probe is not None:  # seconds beyond what the best depth would take to emit the probe's tokens
-            emitted = 1 + sum(num_accepted) / max(len(num_accepted), 1)
-            probe.extra += seconds - emitted / probe.best_value if probe.best_value > 0 else 0.0
-            probe.left -= 1
+        self._probing.bill(switch_s)
+        probe = self._probing.running
+        if probe is not None:
+            probe.charge(seconds, num_accepted)
         seconds -= switch_s
         bucket = row_bucket(rows)
         cell = self._cells.setdefault((bucket, gamma), Cell(deque(maxlen=self.config.cost_window)))
@@ -375,7 +346,7 @@ class DepthController:
         # A probe runs on only while its depth still looks a close competitor: the one worth a precise estimate.
         if probe is not None and (probe.left == 0 or
                                   self._value(rows, gamma) < (1 - 2 * self.config.margin) * probe.best_value):
-            self._end_probe()
+            self._probing.end()
 
     def _learn_acceptance(self, gamma: int, num_accepted: list[int]) -> None:
         if gamma == 0:
