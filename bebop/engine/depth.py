@@ -64,7 +64,8 @@ then the one with the highest raised tokens/s: up to `probe_steps` steps in a ro
 (within twice the margin; a fresh median, one catch-up of the head), one step when far behind. A probe costs the
 time it took beyond what the best depth would take for the same tokens, and a probe of plain decoding the head's
 catch-up after it too (on CPU as dear as the plain step's own extra); the next waits until that cost is at most
-`probe_budget` of the time spent since: at least `probe_every` steps, at most 16 times that.
+`probe_budget` of the time spent since: at least `probe_every` steps, at most 16 times that
+(`bebop.engine.depth_probes`).
 
 Lossless. `choose` reads only what `observe` was given after earlier steps, never the coming step's draws, so each
 step's verification sees a depth fixed before its randomness: every step emits exactly the target's law whatever
@@ -147,7 +148,7 @@ class DepthController:
     _accepted: list[float] = field(init=False)
     _cells: dict[tuple[int, int], Cell] = field(init=False)
     _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probe schedule's clock)
-    _probing: ProbeSchedule = field(init=False)
+    _probing: ProbeSchedule = field(init=False)  # when each bucket may probe next, and the probe under way
     _observed: int = field(init=False, default=0)  # observations so far (how old a cell's measurement is)
     _loads: deque = field(init=False)  # recent steps' seconds over their cells' (the load factor's window)
     load: float = field(init=False, default=1.0)  # how much slower the machine runs now than the cells' reference
