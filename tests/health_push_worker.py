@@ -18,6 +18,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 def main(backend: str, at: int, run_dir: str) -> list[dict]:
     import torch
+    from test_draft_health import randomised  # this script's directory, tests/, is first on sys.path
 
     from bebop.default import load_default
     from bebop.rl import RLConfig, Trainer
@@ -27,11 +28,7 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
         def _refresh_snapshot(self) -> None:  # sync mode: after each update (and once at the start)
             super()._refresh_snapshot()
             if self.version == at + 1:
-                bad = copy.deepcopy(self.head)
-                with torch.no_grad():
-                    for p in bad.parameters():
-                        p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
-                self.engine.push_weights(self.policy, bad)
+                self.engine.push_weights(self.policy, randomised(copy.deepcopy(self.head)))
 
     default = load_default(dtype=torch.float32)
     config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 3, prompts_per_step=4,

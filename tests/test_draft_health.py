@@ -93,6 +93,15 @@ def test_steps_without_drafts_are_skipped():
         HealthConfig(fit_steps=0)
 
 
+def randomised(head: torch.nn.Module) -> torch.nn.Module:
+    """`head` with random weights, N(0, 30²) seeded per parameter: a draft after a weight sync gone wrong (also used by
+    tests/health_push_worker.py)."""
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
+    return head
+
+
 class _CorruptingTrainer(Trainer):
     """Randomises the draft the engine runs (the rollout backend's snapshot of the head) in the update of step `at`:
     the rollouts of the steps after it draft with the corrupted head, as after a weight sync gone wrong."""
@@ -103,9 +112,7 @@ class _CorruptingTrainer(Trainer):
         result = super().update(batch)
         self.updates = getattr(self, "updates", 0) + 1
         if self.updates == self.at + 1:
-            with torch.no_grad():
-                for p in self.engine.head.parameters():
-                    p.normal_(0.0, 30.0, generator=torch.Generator().manual_seed(p.numel()))
+            randomised(self.engine.head)
         return result
 
 
