@@ -21,8 +21,8 @@ and acceptance stops falling as the policy's entropy rises (PAPER §3).
 `tv_distance` is the plain reference. Everything is computed in float32 whatever the input dtype.
 
 `draft_loss` takes logits. At a real vocabulary (V = 151,936) [B, T, γ, V] float32 logits are gigabytes, so
-`draft_loss_from_hidden` takes the hidden states and the LM head instead: only valid anchors go through the
-LM head, a chunk of rows at a time, and backward recomputes each chunk's logits (same value and gradient).
+`bebop.losses_from_hidden` takes the hidden states and the LM head instead (all of it in row chunks, or a draft
+vocabulary's rows exactly); it builds on `step_values` and `anchor_losses` here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from bebop.sampling import logprobs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
@@ -44,10 +43,6 @@ OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")
 # touches probabilities float32 cannot tell from zero, and caps their cost at 100 nats per unit of
 # q mass: large, finite, and with the gradient formula of the table unchanged.
 LOG_PROB_FLOOR = -100.0
-
-# Logit elements per chunk in the hidden-state path (`draft_loss_from_hidden`): one float32 [rows, V] chunk
-# stays near 32 MB, so the few such blocks a loss keeps alive per chunk are small next to any model.
-CHUNK_ELEMENTS = 1 << 23
 
 
 def tv_distance(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
@@ -81,7 +76,7 @@ def acceptance_alpha(
     Target detached; differentiable w.r.t. the draft (the trainer logs 1 - α as mtp/d_tv_mean).
     """
     _check_logits(draft_logits, target_logits)
-    _check_temperature(temperature)
+    check_temperature(temperature)
     return tv_overlap_tiled(draft_logits, target_logits, temperature)
 
 
@@ -106,159 +101,18 @@ def draft_loss(
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
     _check_logits(draft_logits, target_logits)
-    _check_temperature(temperature)
+    check_temperature(temperature)
     batch, anchors = draft_logits.shape[:2]
-    mask = _check_mask(mask, batch, anchors, draft_logits.device)
-    labels = _check_labels(labels, draft_logits.shape, mask) if objective == "ce" else None
-    step_values = _step_values(objective, draft_logits, target_logits.detach(), labels, temperature)  # [B, T, γ]
-    per_anchor = _anchor_losses(objective, step_values)  # [B, T]
+    mask = check_mask(mask, batch, anchors, draft_logits.device)
+    labels = check_labels(labels, draft_logits.shape, mask) if objective == "ce" else None
+    values = step_values(objective, draft_logits, target_logits.detach(), labels, temperature)  # [B, T, γ]
+    per_anchor = anchor_losses(objective, values)  # [B, T]
     # where(), not a product: a masked anchor's value never reaches the sum, nor its gradient.
     per_anchor = torch.where(mask, per_anchor, torch.zeros_like(per_anchor))  # [B, T]
     return per_anchor.sum() / mask.sum()
 
 
-def draft_loss_from_hidden(
-    draft_hidden: torch.Tensor,
-    target_hidden: torch.Tensor,
-    lm_head_weight: torch.Tensor,
-    *,
-    objective: str,
-    labels: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    chunk_rows: int | None = None,
-) -> torch.Tensor:
-    """`draft_loss` of draft_logits = draft_hidden·Wᵀ and target_logits = target_hidden·Wᵀ, never holding
-    either whole: the path for real vocabularies, where [B, T, γ, V] logits do not fit.
-
-    draft_hidden   [B, T, γ, d]  the head's outputs h_k (`MTPHead.chain_hidden`)
-    target_hidden  [B, T, γ, d]  the backbone's hidden states at the aligned positions (`chain_targets` applied
-                                 to the hidden states); detached here
-    lm_head_weight [V, d]        the backbone's LM head W, frozen (detached here); logits are made in its dtype
-    labels, mask, temperature    as in `draft_loss`
-
-    Only valid anchors reach the LM head. Their M·γ (anchor, step) rows go through it `chunk_rows` at a time
-    (default about CHUNK_ELEMENTS / V), and each chunk is checkpointed: backward recomputes the chunk's logits
-    instead of keeping them, so the graph holds [M·γ, d] rows and per-row values, never [M·γ, V] logits.
-    """
-    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
-                             chunk_rows, with_alpha=False)[0]
-
-
-def draft_loss_and_alpha_from_hidden(
-    draft_hidden: torch.Tensor,
-    target_hidden: torch.Tensor,
-    lm_head_weight: torch.Tensor,
-    *,
-    objective: str,
-    labels: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    chunk_rows: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(`draft_loss_from_hidden`, `acceptance_alpha_from_hidden` detached [M, γ]) from the same chunks' logits: what
-    a training step optimises and logs, for one trip of the rows through the LM head instead of two (at a real
-    vocabulary the LM head is most of a head's training step)."""
-    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
-                             chunk_rows, with_alpha=True)
-
-
-def _loss_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
-                      objective: str, labels: torch.Tensor | None, mask: torch.Tensor | None, temperature: float,
-                      chunk_rows: int | None, *, with_alpha: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The loss [] and, `with_alpha`, α [M, γ] (detached) of the two public functions above."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
-    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
-    label_rows = None
-    if objective == "ce":
-        logits_shape = torch.Size((*draft_hidden.shape[:3], lm_head_weight.shape[0]))
-        label_rows = _check_labels(labels, logits_shape, mask)[mask].reshape(-1)  # [M·γ]
-    values, alpha = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
-                                         chunk_rows, with_alpha=with_alpha)  # [M·γ] each
-    depth = draft_hidden.shape[2]
-    loss = _anchor_losses(objective, values.reshape(-1, depth)).mean()  # mean over [M]
-    return loss, None if alpha is None else alpha.reshape(-1, depth)
-
-
-def acceptance_alpha_from_hidden(
-    draft_hidden: torch.Tensor,
-    target_hidden: torch.Tensor,
-    lm_head_weight: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    chunk_rows: int | None = None,
-) -> torch.Tensor:
-    """`acceptance_alpha` from hidden states, chunked like `draft_loss_from_hidden`, at valid anchors only:
-    draft_hidden, target_hidden [B, T, γ, d], lm_head_weight [V, d], mask [B, T] -> float32 [M, γ] (anchors in
-    row-major order of the mask)."""
-    draft_rows, target_rows, _ = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
-    alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows)
-    return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
-
-
-def _hidden_rows(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
-                 mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Checks the hidden-state path's inputs; returns the valid anchors' rows [M·γ, d] (draft, detached target)
-    and the mask [B, T]."""
-    if draft_hidden.dim() != 4:
-        raise ValueError(f"draft_hidden must be [B, T, γ, d], got shape {tuple(draft_hidden.shape)}")
-    if draft_hidden.shape != target_hidden.shape:
-        raise ValueError(
-            f"draft_hidden shape {tuple(draft_hidden.shape)} != target_hidden shape {tuple(target_hidden.shape)}"
-        )
-    if 0 in draft_hidden.shape:
-        raise ValueError(f"draft_hidden has an empty dim: shape {tuple(draft_hidden.shape)}")
-    dim = draft_hidden.shape[-1]
-    if lm_head_weight.dim() != 2 or lm_head_weight.shape[1] != dim or lm_head_weight.shape[0] == 0:
-        raise ValueError(f"lm_head_weight must be [V, d] with d = {dim}, got shape {tuple(lm_head_weight.shape)}")
-    for name, x in (("draft_hidden", draft_hidden), ("target_hidden", target_hidden), ("lm_head_weight", lm_head_weight)):
-        if not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor, got {x.dtype}")
-    mask = _check_mask(mask, *draft_hidden.shape[:2], draft_hidden.device)
-    return draft_hidden[mask].reshape(-1, dim), target_hidden.detach()[mask].reshape(-1, dim), mask
-
-
-def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor,
-                         lm_head_weight: torch.Tensor, label_rows: torch.Tensor | None, temperature: float,
-                         chunk_rows: int | None, *, with_alpha: bool = False
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`_step_values` of the rows' logits, `chunk_rows` rows at a time: rows [N, d] x2, labels [N] -> [N]; and,
-    `with_alpha`, each row's acceptance α [N] (detached) from the same logits (else None)."""
-    _check_temperature(temperature)
-    if chunk_rows is not None and not (isinstance(chunk_rows, int) and chunk_rows >= 1):
-        raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
-    weight = lm_head_weight.detach()  # [V, d]
-    rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
-    values, alphas = [], []
-    for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):
-        labels = None if label_rows is None else label_rows[i * rows:(i + 1) * rows]  # [R]
-        # Non-reentrant checkpoint: forward frees the chunk's [R, V] logits; backward recomputes them.
-        value, alpha = checkpoint(_rows_step_values, objective, draft, target, weight, labels, temperature,
-                                  with_alpha, use_reentrant=False)  # [R], [R] | None
-        values.append(value)
-        alphas.append(alpha)
-    return torch.cat(values), torch.cat(alphas) if with_alpha else None  # [N], [N] | None
-
-
-def _rows_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor, weight: torch.Tensor,
-                      labels: torch.Tensor | None, temperature: float, with_alpha: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One chunk: rows [R, d] through the LM head W [V, d] (in W's dtype), then `_step_values` -> [R], and with
-    `with_alpha` the acceptance α [R] of the same logits (the TV objectives' values themselves)."""
-    draft_logits = F.linear(draft_rows.to(weight.dtype), weight)  # [R, V]
-    target_logits = F.linear(target_rows.to(weight.dtype), weight)  # [R, V]
-    values = _step_values(objective, draft_logits, target_logits, labels, temperature)
-    if not with_alpha:
-        return values, None
-    if objective in ("tv", "e2e_tv"):
-        return values, values.detach()
-    with torch.no_grad():
-        return values, _step_values("tv", draft_logits, target_logits, None, temperature)
-
-
-def _step_values(objective: str, draft_logits: torch.Tensor, target_logits: torch.Tensor,
+def step_values(objective: str, draft_logits: torch.Tensor, target_logits: torch.Tensor,
                  labels: torch.Tensor | None, temperature: float) -> torch.Tensor:
     """Per (anchor, step): the loss for "ce" / "kl" / "rkl", the acceptance α for "tv" / "e2e_tv".
     logits [..., V] (target detached), labels [...] -> float32 [...]."""
@@ -271,13 +125,38 @@ def _step_values(objective: str, draft_logits: torch.Tensor, target_logits: torc
     return tv_overlap_tiled(draft_logits, target_logits, temperature)
 
 
-def _anchor_losses(objective: str, step_values: torch.Tensor) -> torch.Tensor:
-    """Per anchor: [..., γ] step values (`_step_values`) -> [...] loss."""
+def anchor_losses(objective: str, values: torch.Tensor) -> torch.Tensor:
+    """Per anchor: [..., γ] step values (`step_values`) -> [...] loss."""
     if objective == "tv":
-        return (1.0 - step_values).mean(-1)
+        return (1.0 - values).mean(-1)
     if objective == "e2e_tv":
-        return 1.0 - expected_accepted(step_values) / step_values.shape[-1]
-    return step_values.mean(-1)
+        return 1.0 - expected_accepted(values) / values.shape[-1]
+    return values.mean(-1)
+
+
+def step_values_on_vocab(objective: str, draft_logits: torch.Tensor, target_logp: torch.Tensor,
+                         labels: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """`step_values` for a draft over a draft vocabulary S (docs/paper.md, "A draft vocabulary"): draft_logits
+    [..., K] (q = softmax over S), target_logp [..., K] the target's exact log p on S, not renormalised (their
+    mass is p(S) ≤ 1; `bebop.draft_vocab.target_logp`), labels [...] as indices into S, -1 where the data token
+    lies outside S -> float32 [...].
+
+        "tv", "e2e_tv"  α = Σ_S min(p, q): exactly the RS acceptance, since q = 0 off S
+        "kl"            Σ_S p log(p/q): p(S)·KL(p/p(S) ‖ q) + a constant, minimised at q = p/p(S)
+        "rkl"           Σ_S q log(q/p): KL(q ‖ p) over the whole vocabulary, exactly
+        "ce"            -log q(y), 0 where y is outside S (no q over S can draft it: it counts in no mean)
+    """
+    draft_logp = logprobs_from_logits(draft_logits, temperature)  # [..., K]
+    if objective == "ce":
+        inside = labels >= 0
+        picked = draft_logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]  # [...]
+        return torch.where(inside, -picked, torch.zeros_like(picked))
+    target_logp = target_logp.detach().float()
+    if objective == "kl":
+        return (target_logp.exp() * (target_logp - draft_logp)).sum(-1)
+    if objective == "rkl":
+        return (draft_logp.exp() * (draft_logp - target_logp.clamp(min=LOG_PROB_FLOOR))).sum(-1)
+    return torch.minimum(target_logp.exp(), draft_logp.exp()).sum(-1)
 
 
 def _ce(draft_logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -312,12 +191,12 @@ def _check_logits(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> No
             raise ValueError(f"{name} must be a floating tensor, got {x.dtype}")
 
 
-def _check_temperature(temperature: float) -> None:
+def check_temperature(temperature: float) -> None:
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number > 0 (use the rollout temperature), got {temperature!r}")
 
 
-def _check_mask(mask: torch.Tensor | None, batch: int, anchors: int, device: torch.device) -> torch.Tensor:
+def check_mask(mask: torch.Tensor | None, batch: int, anchors: int, device: torch.device) -> torch.Tensor:
     if mask is None:
         return torch.ones(batch, anchors, dtype=torch.bool, device=device)
     if mask.shape != (batch, anchors):
@@ -329,7 +208,7 @@ def _check_mask(mask: torch.Tensor | None, batch: int, anchors: int, device: tor
     return mask
 
 
-def _check_labels(labels: torch.Tensor | None, logits_shape: torch.Size, mask: torch.Tensor) -> torch.Tensor:
+def check_labels(labels: torch.Tensor | None, logits_shape: torch.Size, mask: torch.Tensor) -> torch.Tensor:
     if labels is None:
         raise ValueError('objective "ce" needs labels [B, T, γ] (the data tokens)')
     if labels.shape != logits_shape[:-1]:

@@ -12,13 +12,11 @@ from bebop.losses import (
     LOG_PROB_FLOOR,
     OBJECTIVES,
     acceptance_alpha,
-    acceptance_alpha_from_hidden,
     draft_loss,
-    draft_loss_and_alpha_from_hidden,
-    draft_loss_from_hidden,
     expected_accepted,
     tv_distance,
 )
+from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden, draft_loss_from_hidden
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer

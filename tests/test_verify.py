@@ -18,7 +18,8 @@ import bebop.verify as verify_module
 from bebop.sampling import probs_from_logits, sample
 from bebop.verify import Verdict, acceptance_probs, residual_probs, verify
 
-CASES = ("random", "disjoint", "identical", "close", "nearly_identical", "one_hot_p", "one_hot_q", "q_zeros")
+CASES = ("random", "disjoint", "identical", "close", "nearly_identical", "one_hot_p", "one_hot_q", "q_zeros",
+         "draft_vocab")
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -56,6 +57,11 @@ def _case(name: str, gamma: int, vocab: int, seed: int) -> tuple[torch.Tensor, t
     elif name == "q_zeros":
         draft[:, ::2] = 0  # q misses tokens where p > 0 ...
         target[:, 1::3] = 0  # ... and p misses some that q proposes
+    elif name == "draft_vocab":  # q over a draft vocabulary S (bebop.draft_vocab) that leaves out p's favourite
+        favourite = int(target[0].argmax())
+        others = torch.tensor([t for t in torch.randperm(vocab, generator=gen).tolist() if t != favourite])
+        off = others[: vocab // 2]
+        draft[:, off], draft[:, favourite] = 0, 0
     return target / target.sum(-1, keepdim=True), draft / draft.sum(-1, keepdim=True)
 
 

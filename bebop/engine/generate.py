@@ -186,7 +186,7 @@ class Engine(HeadFeed):
         if config.depth > 0:
             batch.draft_cache = self._cache(self.mtp, rows, max_len)
             batch.draft_hidden = torch.zeros(rows, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
-            batch.draft_logits = torch.zeros(rows, self.config.vocab_size, dtype=batch.cache.dtype, device=device)
+            batch.draft_logits = torch.zeros(rows, self.mtp.draft_size, dtype=batch.cache.dtype, device=device)
         return batch
 
     def _feed(self, batch: Batch, feeds: list[tuple[int, int, list[int]]], config, generator) -> list[list[float]]:

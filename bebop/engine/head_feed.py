@@ -41,7 +41,7 @@ class HeadFeed:
                                     compute_logits=False)  # [F, 1, d]
             draft_cache.lengths += 1
         batch.draft_hidden[index] = out  # [F, 1, d]
-        batch.draft_logits[index] = self.mtp.logits(self.model, out)[:, 0]  # [F, V]
+        batch.draft_logits[index] = self.mtp.logits(self.model, out)[:, 0]  # [F, K]
 
     def _catch_up_head(self, batch: Batch) -> None:
         """Catch the head's cache up on the S positions plain steps decoded without it (`Batch.head_lag`): entry L+s
@@ -60,4 +60,4 @@ class HeadFeed:
                                 compute_logits=False)  # [P, 1, d]
         cache.lengths += 1
         batch.draft_hidden = out  # [P, 1, d]: the next step-1 draft query
-        batch.draft_logits = self.mtp.logits(self.model, out)[:, 0]  # [P, V]
+        batch.draft_logits = self.mtp.logits(self.model, out)[:, 0]  # [P, K]

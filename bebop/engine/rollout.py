@@ -115,6 +115,10 @@ def check_request(prompts: list[list[int]], config: GenerationConfig, model_conf
     if config.depth > 0 and head is None:
         raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs an MTP head; "
                          "pass Engine(model, mtp) or use gamma=0 for plain decoding")
+    draft_ids = getattr(head, "draft_ids", None)
+    if config.depth > 0 and draft_ids is not None and int(draft_ids[-1]) >= (config.vocab_limit or vocab):
+        raise ValueError(f"the head's draft vocabulary holds id {int(draft_ids[-1])}, past the "
+                         f"{config.vocab_limit or vocab} ids this generation may sample")
     depth = getattr(head, "trained_depth", None)
     # under "auto" a depth past the trained one is priced by the acceptance measured there, never taken blindly
     if not config.auto and config.depth > 0 and depth is not None and config.depth > depth:

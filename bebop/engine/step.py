@@ -86,22 +86,28 @@ def unpack_host_row(row: list[float], gamma: int) -> StepRow:
 
 def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache, uniforms: torch.Tensor, *,
           kv_len: int, gamma: int, method: str, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """gamma draft tokens [B, γ] from the head's step-1 logits [B, V] and hidden [B, 1, d], and for "rs" their
-    draft distributions [B, γ, V]. Steps 2..γ run the head on its own output; `cache.lengths` ends where it began."""
+    """gamma draft tokens [B, γ] from the head's step-1 logits [B, K] and hidden [B, 1, d], and for "rs" their
+    draft distributions [B, γ, V]. Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
+
+    A head with a draft vocabulary S (K < V) samples (or takes the argmax) among S's K tokens and its q is
+    spread over V with zeros off S: the q verified is the q sampled from. S's ids all lie below the vocab limit
+    (`check_request`), so over S the limit has nothing left to mask."""
     tokens, probs = [], []
     uniforms = draft_uniforms(uniforms, gamma)  # [B, γ]
+    on_s = (*sampling[:3], None) if mtp.draft_ids is not None else sampling
     for k in range(gamma):
-        draft_probs = probs_from_logits(logits, *sampling)  # [B, V]
-        token = sample(draft_probs, uniform=uniforms[:, k]) if method == "rs" else draft_probs.argmax(-1)  # [B]
+        draft_probs = probs_from_logits(logits, *on_s)  # [B, K]
+        index = sample(draft_probs, uniform=uniforms[:, k]) if method == "rs" else draft_probs.argmax(-1)  # [B]
+        token = mtp.to_target(index)  # [B] target ids
         tokens.append(token)
         probs.append(draft_probs)
         if k + 1 < gamma:
             # Step k+2 sits at position L + k: one past the previous draft query.
             _, hidden = mtp.forward_cached(model, hidden, token[:, None], cache, kv_len=kv_len, compute_logits=False)
-            logits = mtp.logits(model, hidden)[:, 0]  # [B, V]
+            logits = mtp.logits(model, hidden)[:, 0]  # [B, K]
             cache.lengths += 1
     cache.lengths -= gamma - 1
-    return torch.stack(tokens, 1), (torch.stack(probs, 1) if method == "rs" else None)
+    return torch.stack(tokens, 1), (mtp.full_probs(torch.stack(probs, 1)) if method == "rs" else None)
 
 
 def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
@@ -136,7 +142,7 @@ def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accept
 
     The head's entry L+i pairs the target's h_{L+i} (hidden [B, γ+1, d]) with emitted token i (emitted [B, γ+1]);
     the entry at the row's accepted count is the next step-1 draft query, whose hidden [B, 1, d] and logits [B, V]
-    are returned. Later entries are stale, overwritten later."""
+    are returned ([B, K] over the head's draft vocabulary). Later entries are stale, overwritten later."""
     _, out = mtp.forward_cached(model, hidden, emitted, draft_cache, kv_len=kv_len, compute_logits=False)
     rows = torch.arange(emitted.shape[0], device=emitted.device)  # [B]
     draft_hidden = out[rows, num_accepted][:, None]  # [B, 1, d]

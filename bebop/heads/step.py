@@ -6,7 +6,8 @@ import torch
 
 from bebop import distributed
 from bebop.heads.config import TrainMTPConfig
-from bebop.losses import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden, expected_accepted
+from bebop.losses import expected_accepted
+from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden
 from bebop.models.checkpoint import load_head
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer

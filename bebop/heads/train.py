@@ -9,7 +9,7 @@ Recipe, as in the paper:
   and runs under no_grad; its hidden states are computed once per cached batch. Logits are not cached: at a
   real vocabulary they are V/d times the hidden states (about 44 GB for the default 480 sequences at
   V = 151,936). Each step sends only the valid anchors through the LM head, in row chunks
-  (`bebop.losses.draft_loss_from_hidden`), so no [B, T, depth, V] tensor is ever built.
+  (`bebop.losses_from_hidden`), so no [B, T, depth, V] tensor is ever built.
 * target distribution at the rollout temperature: `draft_loss(..., temperature=T)` compares q and p both
   scaled by T; "ce" uses the sampled data tokens as labels (which are samples of p at T).
 * γ_train = `depth` recursive steps (default 5), teacher forced (`MTPHead.chain`); only anchors whose

@@ -11,7 +11,9 @@ A directory holds
 `load_pretrained` also reads a sharded `model.safetensors.index.json` directory (a real checkpoint), and a hub id
 (`resolve_checkpoint_dir`: huggingface_hub's cache and download, the ones transformers uses, so it works online
 and fails clearly offline).
-A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`.
+A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`. A head with a
+draft vocabulary (bebop.draft_vocab) also stores it as EAGLE-3 heads do: `mtp.d2t` (int64 [K], target id = draft
+index + d2t[index]) and `mtp.t2d` (bool [V]), and records `draft_vocab_size` beside its other metadata.
 
 Loading builds the modules on the meta device, gives them uninitialised memory in the asked dtype and copies the
 checkpoint's tensors in, one at a time straight from the file: the host never holds a random-init or fp32 copy
@@ -34,6 +36,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
+from bebop.draft_vocab import from_d2t, to_d2t, to_t2d
 from bebop.files import atomic_open
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, check_head_fits
@@ -75,7 +78,32 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _head_meta(mtp: MTPHead) -> dict[str, Any]:
-    return {"trained_depth": mtp.trained_depth, "objective": mtp.objective, "num_hidden_layers": 1}
+    meta = {"trained_depth": mtp.trained_depth, "objective": mtp.objective, "num_hidden_layers": 1}
+    return meta if mtp.draft_ids is None else {**meta, "draft_vocab_size": mtp.draft_size}
+
+
+def _head_tensors(mtp: MTPHead) -> dict[str, torch.Tensor]:
+    """The head's tensors under their mtp.* names, its draft vocabulary as d2t / t2d."""
+    tensors = dict(mtp.state_dict())
+    if mtp.draft_ids is not None:
+        tensors.update(d2t=to_d2t(mtp.draft_ids), t2d=to_t2d(mtp.draft_ids, mtp.config.vocab_size))
+    return {MTP_PREFIX + k: v for k, v in tensors.items()}
+
+
+def _read_draft_ids(index: dict[str, TensorRef], where: Path) -> torch.Tensor | None:
+    """The draft vocabulary a head's tensors `index` (mtp. prefix removed) store, taking d2t / t2d out of it."""
+    d2t, t2d = index.pop("d2t", None), index.pop("t2d", None)
+    if d2t is None and t2d is None:
+        return None
+    if d2t is None or t2d is None:
+        raise ValueError(f"{where}: a draft vocabulary needs both mtp.d2t and mtp.t2d")
+    with safe_open(str(d2t[0]), framework="pt", device="cpu") as f:
+        ids = from_d2t(f.get_tensor(d2t[1]))
+    with safe_open(str(t2d[0]), framework="pt", device="cpu") as f:
+        mask = f.get_tensor(t2d[1])
+    if mask.dtype != torch.bool or mask.dim() != 1 or not torch.equal(mask.nonzero()[:, 0], ids):
+        raise ValueError(f"{where}: mtp.t2d does not mark exactly the ids mtp.d2t encodes")
+    return ids
 
 
 def save_pretrained(model: Transformer, path: str | os.PathLike, mtp: MTPHead | None = None) -> None:
@@ -88,7 +116,7 @@ def save_pretrained(model: Transformer, path: str | os.PathLike, mtp: MTPHead | 
     if model.config.tie_word_embeddings:
         del tensors["lm_head.weight"]  # HF stores the tied matrix once, under model.embed_tokens
     if mtp is not None:
-        tensors.update({MTP_PREFIX + k: v for k, v in mtp.state_dict().items()})
+        tensors.update(_head_tensors(mtp))
     config = model.config.to_hf_dict()
     config["torch_dtype"] = _dtype_name(model.model.embed_tokens.weight.dtype)
     if mtp is not None:
@@ -219,6 +247,7 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
     if dtype is None:
         dtype = _parse_dtype(str(hf.get("torch_dtype") or hf.get("dtype") or "float32"), path / CONFIG)
     head_index = {k[len(MTP_PREFIX):]: index.pop(k) for k in list(index) if k.startswith(MTP_PREFIX)}
+    draft_ids = _read_draft_ids(head_index, path)
     meta = hf.get("bebop_mtp") or {}
     with torch.device("meta"):
         model = Transformer(config)
@@ -235,6 +264,7 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
     if head_index:
         _materialise(mtp, dtype)
         _fill(mtp, head_index)
+        mtp.use_draft_vocab(draft_ids)
     return model.to(device).eval(), (mtp.to(device).eval() if head_index else None)
 
 
@@ -246,7 +276,7 @@ def save_head(mtp: MTPHead, path: str | os.PathLike) -> None:
     path.mkdir(parents=True, exist_ok=True)
     meta = {**_head_meta(mtp), **{k: getattr(mtp.config, k) for k in HEAD_FIELDS},
             "torch_dtype": _dtype_name(mtp.fc.weight.dtype)}
-    _write_tensors(path / HEAD_WEIGHTS, {MTP_PREFIX + k: v for k, v in mtp.state_dict().items()})
+    _write_tensors(path / HEAD_WEIGHTS, _head_tensors(mtp))
     _write_json(path / HEAD_CONFIG, meta)
 
 
@@ -270,7 +300,8 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
     with torch.device("meta"):
         mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"))
     index = {k[len(MTP_PREFIX):]: v for k, v in index.items()}
+    draft_ids = _read_draft_ids(index, path / HEAD_WEIGHTS)
     _check_names(mtp, index, f"head {path}", set())
     _materialise(mtp, dtype)
     _fill(mtp, index)
-    return mtp.to(device).eval()
+    return mtp.use_draft_vocab(draft_ids).to(device).eval()

@@ -22,6 +22,10 @@ head used at rollout. In inference the head's cache holds one step-1 entry per p
 (h_i, y_{i+1}); a draft step k >= 2 for anchor t sits at position t+k-1 and sees the step-1 entries at
 positions <= t plus the entries of steps 2..k of the same anchor. `chain` reproduces exactly that pattern
 for all anchors at once with an attention mask over the concatenated steps.
+
+A head may draft over a draft vocabulary S (`draft_ids`, K target ids; bebop.draft_vocab): its logits are then the
+LM head's rows of S only ([..., K], draft index i standing for target id draft_ids[i]), `to_target` maps a drafted
+index to its id and `full_probs` spreads q over the target's vocabulary, zero off S, for verification.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bebop.draft_vocab import check_ids, scatter_probs
 from bebop.models.attention import cached_attend, cached_attention_setup, write_kv
 from bebop.models.config import ModelConfig
 from bebop.models.kvcache import KVCache
@@ -72,9 +77,11 @@ def chain_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, keys: lis
 
 
 class MTPHead(nn.Module):
-    """A draft head for a backbone of `model_config`; `trained_depth`/`objective` are metadata for the engine."""
+    """A draft head for a backbone of `model_config`; `trained_depth`/`objective` are metadata for the engine;
+    `draft_ids` [K] (a draft vocabulary, `bebop.draft_vocab`) restricts its drafts to those target ids."""
 
-    def __init__(self, model_config: ModelConfig, *, trained_depth: int | None = None, objective: str | None = None):
+    def __init__(self, model_config: ModelConfig, *, trained_depth: int | None = None, objective: str | None = None,
+                 draft_ids: torch.Tensor | None = None):
         super().__init__()
         if not isinstance(model_config, ModelConfig):
             raise ValueError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
@@ -90,6 +97,10 @@ class MTPHead(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(model_config)])
         self.norm = RMSNorm(d, eps)
         self.apply(init_weights)
+        # Not in state_dict: checkpoints store S as EAGLE-3's d2t / t2d (bebop.models.checkpoint); .to() moves it.
+        self.register_buffer("draft_ids", None, persistent=False)
+        self._draft_weight: tuple | None = None  # (the LM head's version key, its rows of S): see `draft_weight`
+        self.use_draft_vocab(draft_ids)
 
     # ----------------------------------------------------------------------------------------------
     def _input(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -98,9 +109,46 @@ class MTPHead(nn.Module):
         both = torch.cat([self.pre_fc_norm_embedding(embedding), self.pre_fc_norm_hidden(hidden.detach())], -1)
         return self.fc(both)
 
+    def use_draft_vocab(self, draft_ids: torch.Tensor | None) -> MTPHead:
+        """Draft over the target ids `draft_ids` [K] from now on (None: the whole vocabulary); returns the head."""
+        if draft_ids is not None:
+            draft_ids = check_ids(draft_ids, self.config.vocab_size).to(self.fc.weight.device)
+        self.draft_ids, self._draft_weight = draft_ids, None
+        return self
+
+    @property
+    def draft_size(self) -> int:
+        """How many tokens the head drafts over: K with a draft vocabulary, else the target's V."""
+        return self.config.vocab_size if self.draft_ids is None else self.draft_ids.numel()
+
     def logits(self, backbone: Transformer, hidden: torch.Tensor) -> torch.Tensor:
-        """Draft logits [..., V] from the head's output hidden [..., d], through the backbone's frozen LM head."""
-        return linear(hidden, backbone.lm_head, detach=True)
+        """Draft logits [..., K] from the head's output hidden [..., d], through the backbone's frozen LM head (its
+        rows of the draft vocabulary when the head has one; K = V without)."""
+        if self.draft_ids is None:
+            return linear(hidden, backbone.lm_head, detach=True)
+        return F.linear(hidden, self.draft_weight(backbone))
+
+    def draft_weight(self, backbone: Transformer) -> torch.Tensor:
+        """W_S [K, d]: the backbone's LM head rows of the draft vocabulary (detached). Gathered once per version of
+        the LM head (an RL update changes it in place; a tied head changes with the embedding) and reused until
+        then; inside a compiled graph, gathered every call."""
+        weight = backbone.lm_head.weight.detach()
+        if torch.compiler.is_compiling() or weight.is_inference():  # no version counter to reuse a gather by
+            return weight[self.draft_ids]
+        key = (weight._version, weight.data_ptr(), weight.dtype, weight.device, self.draft_ids.data_ptr(),
+               torch.is_inference_mode_enabled())  # an inference-mode gather cannot enter autograd later
+        if self._draft_weight is None or self._draft_weight[0] != key:
+            self._draft_weight = (key, weight[self.draft_ids])
+        return self._draft_weight[1]
+
+    def to_target(self, index: torch.Tensor) -> torch.Tensor:
+        """Target ids of drafted indices (the identity without a draft vocabulary)."""
+        return index if self.draft_ids is None else self.draft_ids[index]
+
+    def full_probs(self, draft_probs: torch.Tensor) -> torch.Tensor:
+        """q [..., K] -> [..., V], zero off the draft vocabulary (the identity without one)."""
+        return draft_probs if self.draft_ids is None else scatter_probs(draft_probs, self.draft_ids,
+                                                                        self.config.vocab_size)
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
@@ -176,7 +224,7 @@ class MTPHead(nn.Module):
 
     def chain(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """Training forward, all anchors in parallel, teacher forced: hidden [B, T, d] (backbone, detached
-        here), tokens [B, T] -> draft_logits [B, T, depth, V], where [b, t, k-1] is step k at anchor t
+        here), tokens [B, T] -> draft_logits [B, T, depth, K] (K = V without a draft vocabulary), where [b, t, k-1] is step k at anchor t
         (input token tokens[b, t+k], predicting tokens[b, t+k+1]). Pair with `chain_targets`."""
         return self.logits(backbone, self.chain_hidden(backbone, hidden, tokens, depth))
 

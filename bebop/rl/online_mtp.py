@@ -16,7 +16,7 @@ Targets are the backbone's own distributions on the rollout rows (teacher forcin
 by `bebop.models.mtp.chain_targets`; only anchors inside the completion are trained, since that is where the
 head drafts at rollout. The trainer hands in the backbone's hidden states, not its logits ([N, L, V] float32
 would not fit at a real vocabulary): the loss sends the valid anchors' hidden states through the LM head in row
-chunks (`bebop.losses.draft_loss_from_hidden`), the same LM head the head drafts through, i.e. the policy's
+chunks (`bebop.losses_from_hidden`), the same LM head the head drafts through, i.e. the policy's
 after its step. The head's chain runs `micro_batch_rows` rows at a time with the gradient accumulated, each
 micro-batch weighted by its share of the valid anchors, so the step equals one step on all rows at once. Under
 torchrun each rank trains its own rows, weighted by their share of the global batch's anchors, and the head's
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from bebop import distributed
-from bebop.losses import draft_loss_and_alpha_from_hidden
+from bebop.losses_from_hidden import draft_loss_and_alpha_from_hidden
 from bebop.models.mtp import MTPHead, chain_targets
 
 OBJECTIVE = {"online-tv": "e2e_tv", "online-ce": "ce"}

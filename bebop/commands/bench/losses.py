@@ -35,7 +35,8 @@ import torch
 
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.commands.device_args import add_device_args, device_and_dtype
-from bebop.losses import acceptance_alpha_from_hidden, tv_distance
+from bebop.losses import tv_distance
+from bebop.losses_from_hidden import acceptance_alpha_from_hidden
 from bebop.sampling import probs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
 

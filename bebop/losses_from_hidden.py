@@ -1,0 +1,190 @@
+"""The draft losses of `bebop.losses` from hidden states and the frozen LM head: the path for real vocabularies.
+
+At V = 151,936, [B, T, γ, V] float32 logits are gigabytes, so these functions take the head's outputs and the
+backbone's hidden states at the aligned positions instead, and only valid anchors reach the LM head, one way or the
+other:
+
+    whole vocabulary   the rows go through all of W [V, d], `chunk_rows` at a time (default about CHUNK_ELEMENTS / V),
+                       each chunk checkpointed: backward recomputes its logits, so the graph holds [M·γ, d] rows and
+                       per-row values, never [M·γ, V] logits. Equal to `draft_loss` on the dense logits.
+    draft vocabulary   `draft_ids` [K] (bebop.draft_vocab): the draft's logits are its rows of S only (W_S [K, d]),
+                       and the target's probabilities on S are exact, exp(h·W_Sᵀ / T - lse), given the log-normaliser
+                       of its full logits at each position (`target_lse`: cached by the data pass that ran the whole
+                       LM head once; without it computed here, in chunks, with no graph). A step costs K/V of the
+                       LM head's matmuls. What each loss means on S: `bebop.losses.step_values_on_vocab`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from bebop.draft_vocab import check_ids, log_normaliser, target_logp
+from bebop.losses import (OBJECTIVES, anchor_losses, check_labels, check_mask, check_temperature, step_values,
+                          step_values_on_vocab)
+
+# Logit elements per chunk: one float32 [rows, V or K] chunk stays near 32 MB, so the few such blocks a loss keeps
+# alive per chunk are small next to any model.
+CHUNK_ELEMENTS = 1 << 23
+
+
+def draft_loss_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor, *,
+                           objective: str, labels: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                           temperature: float = 1.0, chunk_rows: int | None = None,
+                           draft_ids: torch.Tensor | None = None, target_lse: torch.Tensor | None = None
+                           ) -> torch.Tensor:
+    """`bebop.losses.draft_loss` of draft_logits = draft_hidden·Wᵀ against target_logits = target_hidden·Wᵀ.
+
+    draft_hidden   [B, T, γ, d]  the head's outputs h_k (`MTPHead.chain_hidden`)
+    target_hidden  [B, T, γ, d]  the backbone's hidden states at the aligned positions (`chain_targets` applied
+                                 to the hidden states); detached here
+    lm_head_weight [V, d]        the backbone's LM head W, frozen (detached here); logits are made in its dtype
+    labels, mask, temperature    as in `draft_loss` (labels are target ids)
+    draft_ids      [K] | None    a draft vocabulary: the draft is a distribution over these ids (module docstring)
+    target_lse     [B, T, γ]     with `draft_ids`: logsumexp(target_hidden·Wᵀ / T) at each aligned position
+    """
+    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
+                             chunk_rows, draft_ids, target_lse, with_alpha=False)[0]
+
+
+def draft_loss_and_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor,
+                                     lm_head_weight: torch.Tensor, *, objective: str,
+                                     labels: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                                     temperature: float = 1.0, chunk_rows: int | None = None,
+                                     draft_ids: torch.Tensor | None = None, target_lse: torch.Tensor | None = None
+                                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(`draft_loss_from_hidden`, `acceptance_alpha_from_hidden` detached [M, γ]) from the same chunks' logits: what
+    a training step optimises and logs, for one trip of the rows through the LM head instead of two."""
+    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
+                             chunk_rows, draft_ids, target_lse, with_alpha=True)
+
+
+def acceptance_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor,
+                                 lm_head_weight: torch.Tensor, *, mask: torch.Tensor | None = None,
+                                 temperature: float = 1.0, chunk_rows: int | None = None,
+                                 draft_ids: torch.Tensor | None = None, target_lse: torch.Tensor | None = None
+                                 ) -> torch.Tensor:
+    """The RS acceptance α = Σ min(p, q) of each valid (anchor, step), chunked like `draft_loss_from_hidden`:
+    float32 [M, γ] (anchors in row-major order of the mask). With `draft_ids`, q lives on S and α ≤ p(S)."""
+    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
+    lse_rows = _lse_rows(target_lse, target_rows, lm_head_weight, mask, draft_hidden.shape[:3], temperature,
+                         chunk_rows, draft_ids)
+    alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows,
+                                    draft_ids, lse_rows)
+    return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
+
+
+def _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective: str, labels, mask, temperature: float,
+                      chunk_rows, draft_ids, target_lse, *, with_alpha: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The loss [] and, `with_alpha`, α [M, γ] (detached) of the public functions above."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
+    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
+    lse_rows = _lse_rows(target_lse, target_rows, lm_head_weight, mask, draft_hidden.shape[:3], temperature,
+                         chunk_rows, draft_ids)
+    label_rows = None
+    if objective == "ce":
+        logits_shape = torch.Size((*draft_hidden.shape[:3], lm_head_weight.shape[0]))
+        label_rows = check_labels(labels, logits_shape, mask)[mask].reshape(-1)  # [M·γ] target ids
+        if draft_ids is not None:  # ids -> indices into S, -1 outside
+            index = torch.full((lm_head_weight.shape[0],), -1, dtype=torch.long, device=label_rows.device)
+            label_rows = index.index_copy_(0, draft_ids, torch.arange(draft_ids.numel(), device=index.device))[
+                label_rows]
+    values, alpha = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
+                                         chunk_rows, draft_ids, lse_rows, with_alpha=with_alpha)  # [M·γ] each
+    depth = draft_hidden.shape[2]
+    if objective == "ce" and draft_ids is not None:  # a data token outside S counts in no mean
+        loss = values.sum() / (label_rows >= 0).sum().clamp(min=1)
+    else:
+        loss = anchor_losses(objective, values.reshape(-1, depth)).mean()  # mean over [M]
+    return loss, None if alpha is None else alpha.reshape(-1, depth)
+
+
+def _hidden_rows(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
+                 mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Checks the inputs; returns the valid anchors' rows [M·γ, d] (draft, detached target) and the mask [B, T]."""
+    if draft_hidden.dim() != 4:
+        raise ValueError(f"draft_hidden must be [B, T, γ, d], got shape {tuple(draft_hidden.shape)}")
+    if draft_hidden.shape != target_hidden.shape:
+        raise ValueError(
+            f"draft_hidden shape {tuple(draft_hidden.shape)} != target_hidden shape {tuple(target_hidden.shape)}"
+        )
+    if 0 in draft_hidden.shape:
+        raise ValueError(f"draft_hidden has an empty dim: shape {tuple(draft_hidden.shape)}")
+    dim = draft_hidden.shape[-1]
+    if lm_head_weight.dim() != 2 or lm_head_weight.shape[1] != dim or lm_head_weight.shape[0] == 0:
+        raise ValueError(f"lm_head_weight must be [V, d] with d = {dim}, got shape {tuple(lm_head_weight.shape)}")
+    for name, x in (("draft_hidden", draft_hidden), ("target_hidden", target_hidden), ("lm_head_weight", lm_head_weight)):
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor, got {x.dtype}")
+    mask = check_mask(mask, *draft_hidden.shape[:2], draft_hidden.device)
+    return draft_hidden[mask].reshape(-1, dim), target_hidden.detach()[mask].reshape(-1, dim), mask
+
+
+def _lse_rows(target_lse: torch.Tensor | None, target_rows: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor,
+              shape: torch.Size, temperature: float, chunk_rows: int | None, draft_ids: torch.Tensor | None
+              ) -> torch.Tensor | None:
+    """The target's log-normaliser per valid row [M·γ] for a draft vocabulary (None without one): `target_lse`
+    [B, T, γ] at the valid anchors, else computed from the whole LM head (no graph)."""
+    if draft_ids is None:
+        if target_lse is not None:
+            raise ValueError("target_lse is for a draft vocabulary: pass draft_ids with it")
+        return None
+    check_ids(draft_ids, weight.shape[0])
+    if target_lse is None:
+        with torch.no_grad():
+            return log_normaliser(target_rows, weight.detach(), temperature, chunk_rows=chunk_rows)
+    if target_lse.shape != shape:
+        raise ValueError(f"target_lse must be [B, T, γ] = {tuple(shape)}, got {tuple(target_lse.shape)}")
+    return target_lse.detach()[mask].reshape(-1).float()
+
+
+def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor,
+                         lm_head_weight: torch.Tensor, label_rows: torch.Tensor | None, temperature: float,
+                         chunk_rows: int | None, draft_ids: torch.Tensor | None = None,
+                         lse_rows: torch.Tensor | None = None, *, with_alpha: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The step values of the rows (`step_values`, or `step_values_on_vocab` with a draft vocabulary), `chunk_rows`
+    rows at a time: rows [N, d] x2, labels [N] -> [N]; and, `with_alpha`, each row's acceptance α [N] (detached)
+    from the same logits (else None)."""
+    check_temperature(temperature)
+    if chunk_rows is not None and not (isinstance(chunk_rows, int) and chunk_rows >= 1):
+        raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
+    weight = lm_head_weight.detach()  # [V, d]
+    if draft_ids is not None:
+        weight = weight[draft_ids]  # [K, d]: W_S, gathered once for every chunk
+    rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+    values, alphas = [], []
+    for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):
+        part = slice(i * rows, (i + 1) * rows)
+        labels = None if label_rows is None else label_rows[part]  # [R]
+        lse = None if lse_rows is None else lse_rows[part]  # [R]
+        # Non-reentrant checkpoint: forward frees the chunk's [R, V] logits; backward recomputes them.
+        value, alpha = checkpoint(_rows_step_values, objective, draft, target, weight, labels, temperature,
+                                  with_alpha, lse, use_reentrant=False)  # [R], [R] | None
+        values.append(value)
+        alphas.append(alpha)
+    return torch.cat(values), torch.cat(alphas) if with_alpha else None  # [N], [N] | None
+
+
+def _rows_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor, weight: torch.Tensor,
+                      labels: torch.Tensor | None, temperature: float, with_alpha: bool, lse: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk: rows [R, d] through `weight` (all of W [V, d], or W_S [K, d] when `lse` [R] is given), then the
+    step values [R], and with `with_alpha` the acceptance α [R] of the same logits."""
+    draft_logits = F.linear(draft_rows.to(weight.dtype), weight)  # [R, V | K]
+    if lse is None:
+        target = F.linear(target_rows.to(weight.dtype), weight)  # [R, V] logits
+        values_of = step_values
+    else:
+        target = target_logp(target_rows, weight, lse, temperature)  # [R, K] exact log p on S
+        values_of = step_values_on_vocab
+    values = values_of(objective, draft_logits, target, labels, temperature)
+    if not with_alpha:
+        return values, None
+    if objective in ("tv", "e2e_tv"):
+        return values, values.detach()
+    with torch.no_grad():
+        return values, values_of("tv", draft_logits, target, None, temperature)
