@@ -74,23 +74,29 @@ def choose(mass: torch.Tensor, size: int, required: tuple[int, ...] = ()) -> tor
 
 
 def probability_mass(hidden: torch.Tensor, lm_head_weight: torch.Tensor, temperature: float = 1.0, *,
-                     chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pass of rows through the full LM head: (mass [V] float64, Σ over the rows of p = softmax(h·Wᵀ / T);
-    lse [N] float32, each row's log-normaliser logsumexp(h·Wᵀ / T)).
+                     counted: torch.Tensor | None = None, chunk_rows: int | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass of rows through the full LM head: (mass [V] float64, Σ of p = softmax(h·Wᵀ / T) over the rows
+    `counted` [N] bool marks (default all); lse [N] float32, every row's log-normaliser logsumexp(h·Wᵀ / T)).
 
-    hidden [N, d] (the backbone's hidden states at the positions counted), lm_head_weight [V, d] (its LM head, in
-    the dtype the logits are made in). `lse` is what training over S needs of the full vocabulary: with it the
-    target's probabilities on S are exactly exp(h·W_Sᵀ / T - lse) without the rest of the LM head (`target_logp`)."""
+    hidden [N, d] (the backbone's hidden states), lm_head_weight [V, d] (its LM head, in the dtype the logits are
+    made in). `lse` is what training over S needs of the full vocabulary: with it the target's probabilities on S
+    are exactly exp(h·W_Sᵀ / T - lse) without the rest of the LM head (`target_logp`)."""
     if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
         raise ValueError(f"need hidden [N, d] and lm_head_weight [V, d]; got {tuple(hidden.shape)} and "
                          f"{tuple(lm_head_weight.shape)}")
+    if counted is not None and counted.shape != hidden.shape[:1]:
+        raise ValueError(f"counted must be [N] = [{hidden.shape[0]}], got {tuple(counted.shape)}")
     rows = chunk_rows or max(1, MASS_CHUNK_ELEMENTS // lm_head_weight.shape[0])
     mass = torch.zeros(lm_head_weight.shape[0], dtype=torch.float64, device=hidden.device)  # [V]
     lse = []
-    for block in hidden.split(rows):
+    for i, block in enumerate(hidden.split(rows)):
         logits = torch.nn.functional.linear(block.to(lm_head_weight.dtype), lm_head_weight).float() / temperature
         block_lse = logits.logsumexp(-1)  # [R]
-        mass += (logits - block_lse[:, None]).exp_().sum(0, dtype=torch.float64)
+        probs = (logits - block_lse[:, None]).exp_()  # [R, V]
+        if counted is not None:
+            probs = probs[counted[i * rows:(i + 1) * rows]]
+        mass += probs.sum(0, dtype=torch.float64)
         lse.append(block_lse)
     return mass, torch.cat(lse) if lse else hidden.new_zeros(0, dtype=torch.float32)
 

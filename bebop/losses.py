@@ -144,7 +144,7 @@ def step_values_on_vocab(objective: str, draft_logits: torch.Tensor, target_logp
         "tv", "e2e_tv"  α = Σ_S min(p, q): exactly the RS acceptance, since q = 0 off S
         "kl"            Σ_S p log(p/q): p(S)·KL(p/p(S) ‖ q) + a constant, minimised at q = p/p(S)
         "rkl"           Σ_S q log(q/p): KL(q ‖ p) over the whole vocabulary, exactly
-        "ce"            -log q(y), 0 where y is outside S (no q over S can draft it: it counts in no mean)
+        "ce"            -log q(y), and 0 where y is outside S (no q over S can draft it)
     """
     draft_logp = logprobs_from_logits(draft_logits, temperature)  # [..., K]
     if objective == "ce":

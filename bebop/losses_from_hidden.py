@@ -95,10 +95,9 @@ def _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective: st
     values, alpha = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
                                          chunk_rows, draft_ids, lse_rows, with_alpha=with_alpha)  # [M·γ] each
     depth = draft_hidden.shape[2]
-    if objective == "ce" and draft_ids is not None:  # a data token outside S counts in no mean
-        loss = values.sum() / (label_rows >= 0).sum().clamp(min=1)
-    else:
-        loss = anchor_losses(objective, values.reshape(-1, depth)).mean()  # mean over [M]
+    # A mean over anchors (with "ce" on S, a data token outside S adds 0): a sum over rows split anywhere, so
+    # micro-batches and ranks weighted by their anchors add up to the whole batch's loss.
+    loss = anchor_losses(objective, values.reshape(-1, depth)).mean()  # mean over [M]
     return loss, None if alpha is None else alpha.reshape(-1, depth)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from bebop.data.prompt_options import CHAT_MODES
 from bebop.data.tasks import DatasetConfig, Example, Task
@@ -86,6 +86,15 @@ def for_task(config: GenerationConfig, task: Task, tokenizer: Tokenizer, model_v
     return dataclasses.replace(config, stop_tokens=tuple(dict.fromkeys(config.stop_tokens + ids)),
                                stop_strings=tuple(dict.fromkeys(config.stop_strings + strings)),
                                vocab_limit=vocab_limit(tokenizer, model_vocab))
+
+
+def stop_ids(tokenizer: Tokenizer, tasks: Iterable[Task]) -> tuple[int, ...]:
+    """Every token id that ends a turn of `tasks`: the tokenizer's end of sequence and the tasks' one-token stops (a
+    draft vocabulary must hold them, or a draft could never end a turn)."""
+    ids = [tokenizer.eos_id]
+    for task in tasks:
+        ids += split_stops(task.stop_strings, tokenizer.encode, tokenizer.eos_id)[0]
+    return tuple(dict.fromkeys(ids))
 
 
 def make_env(task: Task, tokenizer: Tokenizer, examples: Sequence[Example]) -> Env | None:

@@ -105,7 +105,7 @@ def _brute_force(objective: str, draft, target, weight, labels, mask, ids, tempe
     inside = torch.isin(y, ids)
     index = torch.searchsorted(ids, y.clamp(max=int(ids[-1])))
     nll = -q_s.log().gather(-1, index[..., None])[..., 0]
-    return nll[inside].sum() / inside.sum(), alpha
+    return torch.where(inside, nll, torch.zeros_like(nll)).mean(), alpha  # a token outside S adds 0
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -307,3 +307,20 @@ def test_a_draft_vocabulary_past_the_sampled_ids_is_refused(pair):
             Engine(model, head).generate([[1, 2]], GenerationConfig(max_new_tokens=4, gamma=2, vocab_limit=50))
     finally:
         head.use_draft_vocab(None)
+
+
+def test_writers_for_engines_that_draft_over_the_whole_vocabulary_refuse_a_head_over_s(pair, tmp_path):
+    from bebop.models.hf_mtp import save_for_transformers
+    from bebop.vllm_plugin.draft import write_draft
+
+    model, head = pair
+    save_pretrained(model, tmp_path / "policy")
+    head.use_draft_vocab(torch.tensor([1, 2, 3]))
+    try:
+        with pytest.raises(ValueError, match="draft vocabulary of 3 ids"):
+            save_for_transformers(model, head, tmp_path / "hf")
+        with pytest.raises(ValueError, match="draft vocabulary of 3 ids"):
+            write_draft(tmp_path / "policy", head, tmp_path / "vllm")
+    finally:
+        head.use_draft_vocab(None)
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "vllm").exists()

@@ -20,7 +20,7 @@ from bebop.heads.evaluate import (
     fit_slopes,
     sweep,
     table2,
-    teacher_forced_dtv,
+    teacher_forced,
     token_records,
 )
 from bebop.models.checkpoint import save_head, save_pretrained
@@ -98,7 +98,7 @@ def test_complete_pools_counters_at_chosen_depths_and_skips_dtv_when_asked(polic
     assert rows[0]["d_tv_mean"] != rows[0]["d_tv_mean"] and 0 <= rows[0]["acceptance_rate"] <= 1  # NaN
 
 
-def test_teacher_forced_dtv_is_zero_for_an_exact_draft(tokenizer):
+def test_teacher_forced_dtv_is_zero_for_an_exact_draft_and_over_s_bounded_by_coverage(tokenizer):
     config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, **TINY_MODEL)
     model, head = self_draft_pair(config, seed=1)
     task = get_task("math")
@@ -106,10 +106,19 @@ def test_teacher_forced_dtv_is_zero_for_an_exact_draft(tokenizer):
     gen = GenerationConfig(max_new_tokens=20, temperature=1.0, gamma=3, method="rs", seed=0)
     completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen)
     prompts = [tokenizer.encode(e.prompt) for e in examples]
-    assert max(teacher_forced_dtv(model, head, prompts, completions, 3, 1.0)) < 1e-4
+    dtv, share = teacher_forced(model, head, prompts, completions, 3, 1.0)
+    assert max(dtv) < 1e-4 and share == 1.0  # no draft vocabulary: the whole of p is draftable
     assert stats["spec/num_accepted_tokens"] == stats["spec/num_draft_tokens"]
     other = MTPHead(config)  # an untrained head is far from p
-    assert min(teacher_forced_dtv(model, other, prompts, completions, 3, 1.0)) > 0.05
+    assert min(teacher_forced(model, other, prompts, completions, 3, 1.0)[0]) > 0.05
+    # The exact draft restricted to the 20 ids the sequences use most: its acceptance is exactly p(S) at step 1
+    counts = torch.bincount(torch.tensor([t for c in completions for t in c.tokens]), minlength=config.vocab_size)
+    head.use_draft_vocab(counts.argsort(descending=True, stable=True)[:20].sort().values)
+    try:
+        dtv, share = teacher_forced(model, head, prompts, completions, 3, 1.0)
+    finally:
+        head.use_draft_vocab(None)
+    assert 0 < share < 1 and abs((1 - dtv[0]) - share) < 1e-4
 
 
 def test_command_writes_tables_and_rejects_bad_input(policy, tokenizer, tmp_path):

@@ -14,11 +14,15 @@ from bebop.rl.online_mtp import OnlineMTP
 
 
 @pytest.mark.parametrize("strategy", ["online-tv", "online-ce"])
-def test_micro_batched_rows_give_the_whole_batch_step(strategy):
+@pytest.mark.parametrize("draft_vocab", [None, 50])
+def test_micro_batched_rows_give_the_whole_batch_step(strategy, draft_vocab):
+    """Also for a head over a draft vocabulary (its targets' log-normalisers from the whole LM head; 50 of 53 ids: a
+    near-uniform q over a small S would lie above p on all of S, where TV has nothing left to gain)."""
     torch.manual_seed(0)
     config = ModelConfig.tiny(vocab_size=53, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    policy, head = Transformer(config).eval(), MTPHead(config)
+    ids = None if draft_vocab is None else torch.randperm(53)[:draft_vocab].sort().values
+    policy, head = Transformer(config).eval(), MTPHead(config, draft_ids=ids)
     tokens = torch.randint(0, 53, (5, 14))  # [B, L]
     lengths, prompt_lengths = torch.tensor([14, 11, 9, 14, 6]), torch.tensor([3, 4, 3, 5, 4])
     _, hidden = policy(tokens)  # [B, L, d]

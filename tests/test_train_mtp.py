@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import bebop.commands.train_mtp as train_mtp_cmd
-import bebop.heads.data as heads_data
+import bebop.heads.corpus as corpus
 import bebop.heads.step as heads_step
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.heads.config import TrainMTPConfig
-from bebop.heads.data import DATA_SEED, anchor_mask, generate_data
+from bebop.heads.corpus import DATA_SEED, load_corpus
+from bebop.heads.data import anchor_mask
 from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.models.checkpoint import load_head, save_head, save_pretrained
@@ -44,7 +45,7 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     model, tokenizer = policy
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = TrainMTPConfig.tiny(objective)
-    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "data.pt",
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "data",
                      out=tmp_path / "head", progress=False)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "the backbone must stay bit-identical"
@@ -70,8 +71,8 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
 def test_seeded_training_is_reproducible(policy, tmp_path):
     model, tokenizer = policy
     config = TrainMTPConfig.tiny("tv")
-    a = train_mtp(model, tokenizer, config, tmp_path / "a", data_path=tmp_path / "d.pt", progress=False)
-    b = train_mtp(model, tokenizer, config, tmp_path / "b", data_path=tmp_path / "d.pt", progress=False)
+    a = train_mtp(model, tokenizer, config, tmp_path / "a", data_path=tmp_path / "d", progress=False)
+    b = train_mtp(model, tokenizer, config, tmp_path / "b", data_path=tmp_path / "d", progress=False)
     c = train_mtp(model, tokenizer, dataclasses.replace(config, seed=1), tmp_path / "c", progress=False)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert not torch.equal(a.fc.weight, c.fc.weight)
@@ -80,28 +81,32 @@ def test_seeded_training_is_reproducible(policy, tmp_path):
 def test_self_generated_data_is_policy_samples(policy):
     model, tokenizer = policy
     config = TrainMTPConfig.tiny()
-    data = generate_data(model, tokenizer, config)
+    data = load_corpus(None, model, tokenizer, config)
     assert len(data["tokens"]) == config.num_sequences
-    assert data["key"] == {**config.data_key(), "policy": heads_data.fingerprint(model)}
+    assert data["key"] == {**config.data_key(), "policy": corpus.fingerprint(model)}
     prompts = {e.prompt for e in get_task("math").sample(config.num_sequences, seed=DATA_SEED + config.seed)}
     for tokens, trainable in zip(data["tokens"], data["trainable"]):
         assert len(tokens) == len(trainable)
         first = trainable.index(True)
         assert tokenizer.decode(tokens[:first]) in prompts and all(trainable[first:])
-    assert generate_data(model, tokenizer, config) == data  # seeded sampling
+    assert load_corpus(None, model, tokenizer, config) == data  # seeded sampling
 
 
-def test_data_cache_with_other_settings_is_refused(policy, tmp_path):
+def test_the_corpus_cache_is_reused_only_by_the_same_policy_and_settings(policy, tmp_path, monkeypatch):
     model, tokenizer = policy
-    train_mtp(model, tokenizer, TrainMTPConfig.tiny(), tmp_path / "a", data_path=tmp_path / "d.pt", progress=False)
-    hotter = dataclasses.replace(TrainMTPConfig.tiny(), temperature=1.3)
-    with pytest.raises(ValueError, match="generated with"):
-        train_mtp(model, tokenizer, hotter, tmp_path / "b", data_path=tmp_path / "d.pt", progress=False)
+    config = TrainMTPConfig.tiny()
+    first = load_corpus(tmp_path / "d", model, tokenizer, config)
+    assert len(list((tmp_path / "d").glob("*.pt"))) == 1
+    generated = []
+    real = corpus.generate_task
+    monkeypatch.setattr(corpus, "generate_task", lambda *a, **k: generated.append(a[3].name) or real(*a, **k))
+    assert load_corpus(tmp_path / "d", model, tokenizer, config) == first and not generated  # read back
+    hotter = dataclasses.replace(config, temperature=1.3)
+    assert load_corpus(tmp_path / "d", model, tokenizer, hotter)["key"]["temperature"] == 1.3
     torch.manual_seed(1)
     another = Transformer(model.config).eval()  # same settings, another policy: its samples would differ
-    with pytest.raises(ValueError, match="fingerprint"):
-        train_mtp(another, tokenizer, TrainMTPConfig.tiny(), tmp_path / "c", data_path=tmp_path / "d.pt",
-                  progress=False)
+    load_corpus(tmp_path / "d", another, tokenizer, config)
+    assert generated == ["math", "math"] and len(list((tmp_path / "d").glob("*.pt"))) == 3
 
 
 def test_anchor_mask_keeps_chains_inside_policy_text():
@@ -174,3 +179,28 @@ def test_command_flags_reach_the_config():
         0.5, "fp32", 0.1, 7, "h")
     with pytest.raises(ValueError, match="grad_clip"):
         train_mtp_cmd.config_from_args(parser.parse_args(["--grad-clip", "0"]))
+
+
+def test_a_head_over_a_draft_vocabulary_trains_saves_and_resumes_it(policy, tmp_path):
+    """--draft-vocab K: S is the K ids with the most of the policy's probability on the training split, the stop id
+    always among them; held-out coverage p(S) bounds the held-out acceptance; the head saved and the run resumed keep
+    the same S; an adaptation keeps its init's S and refuses another size."""
+    model, tokenizer = policy
+    config = dataclasses.replace(TrainMTPConfig.tiny("e2e_tv"), draft_vocab=24, checkpoint_every=2)
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "d", out=tmp_path / "h",
+                     progress=False)
+    assert head.draft_size == 24 and tokenizer.eos_id in head.draft_ids.tolist()
+    evals = read_stream(tmp_path / "run" / "eval.jsonl")
+    assert all(0 < r["mtp/eval/coverage"] <= 1 and 1 - r["mtp/eval/d_tv_pos/0"] <= r["mtp/eval/coverage"] + 1e-6
+               for r in evals)
+    assert torch.equal(load_head(tmp_path / "h", model.config).draft_ids, head.draft_ids)
+    longer = dataclasses.replace(config, steps=config.steps + 2)
+    resumed = train_mtp(model, tokenizer, longer, tmp_path / "run", data_path=tmp_path / "d", progress=False,
+                        resume=True)
+    assert torch.equal(resumed.draft_ids, head.draft_ids)
+    adapted = train_mtp(model, tokenizer, dataclasses.replace(TrainMTPConfig.tiny("ce"), init_head=str(tmp_path / "h")),
+                        tmp_path / "ce", data_path=tmp_path / "d", progress=False)
+    assert torch.equal(adapted.draft_ids, head.draft_ids)
+    with pytest.raises(ValueError, match="drafts over 24 ids, not --draft-vocab 30"):
+        train_mtp(model, tokenizer, dataclasses.replace(config, init_head=str(tmp_path / "h"), draft_vocab=30),
+                  tmp_path / "x", data_path=tmp_path / "d", progress=False)

@@ -54,6 +54,14 @@ def acceptance_cell(row: dict) -> str:
     return f"{100 * row['acceptance_rate']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] {k}/{n}"
 
 
+def vocab_cell(row: dict) -> str:
+    """The head's draft vocabulary: p(S) (the most any draft over S can accept) and its size K; "all" without one."""
+    if row.get("draft_vocab") is None:
+        return "all"
+    share = row["coverage"]
+    return f"{'—' if math.isnan(share) else f'{share:.3f}'} / {row['draft_vocab']}"
+
+
 def delta_cell(row: dict, ref: dict | None) -> str:
     """row's acceptance minus ref's in points, "noise" when the difference's 95% interval holds 0."""
     if ref is None or ref is row:
@@ -81,11 +89,12 @@ def print_tables(rows: list[dict], fits: list[dict], console: Console | None = N
 
 def _print_acceptance(rows: list[dict], console: Console) -> None:
     heads, methods = (list(dict.fromkeys(r[k] for r in rows)) for k in ("head", "method"))
-    table = Table(title="MTP acceptance (engine counters; d_TV teacher-forced)",
+    table = Table(title="MTP acceptance (engine counters; d_TV and p(S) teacher-forced)",
                   caption="95% interval: Wilson over draft tokens, which are correlated within a step, so the true "
-                          "one is wider; noise: the difference's 95% interval holds 0")
+                          "one is wider; noise: the difference's 95% interval holds 0; p(S) / K: a head's draft "
+                          "vocabulary of K ids holds p(S) of the target's probability, its acceptance cap")
     for col in ("task", "T", "head", "method", "accept % [95% CI] accepted/drafted", "accept len", "H(p) draft", "d_TV",
-                "tok/s"):
+                "p(S) / K", "tok/s"):
         table.add_column(col, justify="right")
     extra = [("head", f"Δ vs {heads[0]}")] * (len(heads) > 1)
     extra += [("method", f"Δ vs {methods[0]}")] * (len(methods) > 1)
@@ -93,7 +102,8 @@ def _print_acceptance(rows: list[dict], console: Console) -> None:
         table.add_column(title, justify="right")
     for r in rows:
         table.add_row(r["task"], f"{r['temperature']:g}", r["head"], r["method"], acceptance_cell(r),
-                      f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}", f"{r['tokens_per_s']:.0f}",
+                      f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}",
+                      vocab_cell(r), f"{r['tokens_per_s']:.0f}",
                       *(delta_cell(r, _reference(rows, r, vary)) for vary, _ in extra))
     console.print(table)
 

@@ -1,7 +1,8 @@
 """`bebop train-mtp`: pre-RL MTP draft-head training on a frozen policy (PAPER §4).
 
     bebop train-mtp --policy bebop/assets/default --objective e2e_tv --depth 5 --temperature 1.0 \\
-        --out bebop/assets/default/heads/e2e_tv --data runs/mtp-data.pt
+        --out bebop/assets/default/heads/e2e_tv
+    bebop train-mtp --policy smollm2 --draft-vocab 8192 ...   # a head over a draft vocabulary of 8,192 ids
 
 The recipe (data, frozen backbone, target at the rollout temperature, optimiser) and the run directory it writes are
 `bebop.heads.train`'s.
@@ -52,7 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
-    parser.add_argument("--data", type=Path, default=None, help="cache file for the self-generated data")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the corpus cache directory: each task's self-generated answers, reused by every later "
+                             "run on the same policy and settings (default: $BEBOP_CACHE/corpus)")
+    parser.add_argument("--draft-vocab", type=int, default=None, metavar="K",
+                        help="draft over the K ids carrying the most of the policy's probability on the corpus, its "
+                             "stop ids included (EAGLE-3's draft vocabulary): a step and a draft cost K/V of the LM "
+                             "head (default: the whole vocabulary; with --init, the init head's)")
     parser.add_argument("--out", type=Path, default=None, help="directory for the trained head (save_head)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/train-mtp-<time>)")
     parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
@@ -72,7 +79,7 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.dtype,
         eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
         device=args.device,
-        init_head=None if args.init is None else str(args.init), **prompt_fields(args))
+        init_head=None if args.init is None else str(args.init), draft_vocab=args.draft_vocab, **prompt_fields(args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,9 +23,10 @@ RESUMABLE_CHANGES = ("steps", "threads", "eval_every", "checkpoint_every")
 
 def save(run_dir: str | os.PathLike, step: int, head: torch.nn.Module, optimizer: torch.optim.Optimizer,
          generator: torch.Generator, config: TrainMTPConfig, world_size: int) -> None:
+    # The draft vocabulary is not in the head's state_dict; it rides along (checkpoints before it had none).
     save_checkpoint(run_dir, {"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(),
                               "generator": generator.get_state(), "config": asdict(config),
-                              "world_size": world_size}, format=FORMAT, keys=KEYS)
+                              "world_size": world_size, "draft_ids": head.draft_ids}, format=FORMAT, keys=KEYS)
 
 
 def load(run_dir: str | os.PathLike, config: TrainMTPConfig) -> dict | None:

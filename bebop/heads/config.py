@@ -30,6 +30,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     checkpoint_every: int = 50  # steps between checkpoints (0 = only at the end); --resume continues from the last
     init_from_backbone: bool = True
     init_head: str | None = None  # a head directory (save_head) to adapt instead of starting fresh
+    # K: draft over the K ids carrying the most of the policy's probability on the corpus (bebop.draft_vocab);
+    # None: the whole vocabulary (or, adapting a head that has one, its draft vocabulary)
+    draft_vocab: int | None = None
     seed: int = 0
     autocast: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
@@ -52,6 +55,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
             raise ValueError("heldout_fraction must be in (0, 1) and warmup_frac in [0, 1)")
         if not self.lr > 0 or not self.grad_clip > 0:
             raise ValueError(f"lr and grad_clip must be > 0, got lr={self.lr}, grad_clip={self.grad_clip}")
+        if self.draft_vocab is not None and (isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int)
+                                             or self.draft_vocab < 1):
+            raise ValueError(f"TrainMTPConfig.draft_vocab must be a positive int or None, got {self.draft_vocab!r}")
         if self.autocast not in ("auto", "bf16", "fp32"):
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
         check_device_name(self.device)

@@ -1,80 +1,19 @@
-"""The head's training data: the policy's own samples at the rollout temperature, cached to a file, and fixed
-batches carrying the frozen backbone's hidden states (logits are never cached: at a real vocabulary they are V/d
-times larger)."""
+"""The head's training batches: the corpus (bebop.heads.corpus) padded into fixed batches carrying what the frozen
+backbone gives each position, computed once per run: its hidden state [B, T, d] and, for a head with a draft
+vocabulary, the log-normaliser of its logits at the training temperature [B, T] and the probability mass its
+next-token distributions put on each id [V] (`bebop.draft_vocab.probability_mass`: one pass through the whole LM head,
+after which a training step needs only S's rows of it). Logits are never kept: at a real vocabulary they are V/d
+times larger than the hidden states."""
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import torch
 
-from bebop.completions import complete
 from bebop.data.batches import pad
-from bebop.data.tasks import Task, build_tasks
 from bebop.device import to_device
-from bebop.engine import Engine
-from bebop.engine.rollout import GenerationConfig
+from bebop.draft_vocab import choose, probability_mass
 from bebop.heads.config import TrainMTPConfig
 from bebop.models.transformer import Transformer
-from bebop.prompting import dataset_config, job_prompt_format, prompt_ids
-
-DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
-
-
-def fingerprint(model: Transformer) -> str:
-    """A short hash of the policy's weights: a data cache is only valid for the policy that sampled it."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-# ------------------------------------------------------------------------------------------------ data
-def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig, tasks: dict[str, Task] | None = None
-                  ) -> dict:
-    """Policy samples at the rollout temperature: {"tokens": [[int]], "trainable": [[bool]], "key": {...}}.
-
-    trainable[i][j] is True where token j was written by the policy (not prompt, not tool replies). `tasks`:
-    config.tasks as the job built them (`build_tasks`; None: built here)."""
-    engine, seqs, trainable = Engine(model), [], []
-    fmt = job_prompt_format(config, tokenizer)
-    per_task = -(-config.num_sequences // len(config.tasks))
-    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
-    for t, name in enumerate(config.tasks):
-        task = tasks[name]
-        examples = task.sample(per_task, seed=DATA_SEED + config.seed)
-        gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, gamma=0,
-                               seed=config.seed * 31 + t)
-        for start in range(0, len(examples), 64):  # chunks keep the engine's padded batch small
-            chunk = examples[start : start + 64]
-            completions, _ = complete(engine, tokenizer, task, chunk, gen, prompt_format=fmt)
-            for prompt, c in zip(prompt_ids(tokenizer, chunk, fmt), completions):
-                seqs.append(prompt + c.tokens)
-                trainable.append([False] * len(prompt) + c.policy)
-    order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(config.seed)).tolist()
-    order = order[: config.num_sequences]
-    key = {**config.data_key(), "policy": fingerprint(model)}
-    return {"tokens": [seqs[i] for i in order], "trainable": [trainable[i] for i in order], "key": key}
-
-
-def load_or_generate(path: Path | None, model: Transformer, tokenizer, config: TrainMTPConfig,
-                     tasks: dict[str, Task] | None = None) -> dict:
-    if path is not None and path.is_file():
-        data = torch.load(path, weights_only=False)
-        want = {**config.data_key(), "policy": fingerprint(model)}
-        if data.get("key") != want:
-            raise ValueError(f"--data {path} was generated with {data.get('key')}, not {want} (settings and "
-                             "policy fingerprint): pass another path, or the policy and settings that made it")
-        return data
-    data = generate_data(model, tokenizer, config, tasks)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(data, tmp)
-        tmp.replace(path)
-    return data
 
 
 def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> torch.Tensor:
@@ -87,8 +26,11 @@ def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> t
 
 
 @torch.no_grad()
-def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf16: bool) -> list[dict]:
-    """Fixed batches (sorted by length) with the frozen backbone's hidden states [B, T, d] precomputed."""
+def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf16: bool,
+                 weight: torch.Tensor | None = None) -> list[dict]:
+    """Fixed batches (sorted by length): {"tokens", "mask" (anchor_mask), "hidden" [B, T, d]}, and with `weight` (the
+    LM head [V, d] the head trains through, `bebop.heads.step.lm_head_weight`) also "lse" [B, T] float32 at the
+    config's temperature and "mass" [V] float64 over the positions whose next token the policy wrote."""
     order = sorted(range(len(data["tokens"])), key=lambda i: len(data["tokens"][i]))
     batches, device = [], model.lm_head.weight.device
     for start in range(0, len(order), config.batch_size):
@@ -101,8 +43,26 @@ def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf1
         tokens, mask = to_device(tokens, device), to_device(mask, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             _, hidden = model(tokens, compute_logits=False)  # [B, T, d]
-        batches.append({"tokens": tokens, "mask": mask, "hidden": hidden})
+        batch = {"tokens": tokens, "mask": mask, "hidden": hidden}
+        if weight is not None:
+            batch.update(_targets(hidden, to_device(trainable.bool(), device), weight, config.temperature))
+        batches.append(batch)
     return batches
+
+
+def _targets(hidden: torch.Tensor, written: torch.Tensor, weight: torch.Tensor, temperature: float) -> dict:
+    """{"lse" [B, T], "mass" [V]} of one batch: each position's log-normaliser, and the mass of the positions whose
+    next token the policy wrote (those are the targets a head drafts for)."""
+    B, T, d = hidden.shape
+    next_written = torch.nn.functional.pad(written[:, 1:], (0, 1), value=False)  # [B, T]
+    mass, lse = probability_mass(hidden.reshape(-1, d), weight, temperature, counted=next_written.reshape(-1))
+    return {"lse": lse.reshape(B, T), "mass": mass}  # [B, T], [V]
+
+
+def choose_draft_vocab(batches: list[dict], size: int, required: tuple[int, ...]) -> torch.Tensor:
+    """The draft vocabulary [K] of `size` ids carrying the most of the policy's probability over `batches` (their
+    "mass", `make_batches`), every `required` id included."""
+    return choose(sum(b["mass"] for b in batches), size, required)
 
 
 def split_heldout(batches: list[dict], fraction: float) -> tuple[list[dict], list[dict]]:

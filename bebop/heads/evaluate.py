@@ -6,9 +6,10 @@ For every task and temperature the same held-out prompts are answered by the `En
     acceptance rate (accepted drafts / drafted), accept length (1 + accepted / verify steps), the
     per-position conditional acceptance alpha_pos/i, and the mean target entropy at the draft positions.
 Mean d_TV(p, q) is computed teacher-forced: after generation, the policy and the head run over the
-generated sequences (the chain fed with the emitted tokens, `MTPHead.chain` at depth γ) and
-d_TV = 1 - `acceptance_alpha` at the same temperature, averaged over the policy-written anchors. It is
-the RS acceptance the head would have along those sequences, whatever method drafted them.
+generated sequences (the chain fed with the emitted tokens, `MTPHead.chain_hidden` at depth γ) and
+d_TV = 1 - α at the same temperature, averaged over the policy-written anchors. It is the RS acceptance the head
+would have along those sequences, whatever method drafted them. For a head over a draft vocabulary S, q is zero off
+S, and the table also gives p(S) (`coverage`), the cap on its acceptance.
 
 Every acceptance rate printed carries its counts and a 95% interval, and every difference between heads or
 methods says when its own 95% interval holds 0 ("noise"): `bebop.metrics.rate_interval` and
@@ -44,7 +45,8 @@ from bebop.device import check_device_name
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.data import anchor_mask
-from bebop.losses import acceptance_alpha
+from bebop.draft_vocab import coverage, log_normaliser, target_logp
+from bebop.losses_from_hidden import acceptance_alpha_from_hidden
 from bebop.metrics import derive, fit_entropy_law
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
@@ -117,26 +119,35 @@ def token_records(completions: list[Completion], **fields) -> list[dict]:
 
 
 @torch.no_grad()
-def teacher_forced_dtv(model: Transformer, head: MTPHead, prompts: list[list[int]], completions: list[Completion],
-                       gamma: int, temperature: float, batch_size: int = 32) -> list[float]:
-    """Mean d_TV(p, q) per draft position [γ] along the generated sequences (see module docstring)."""
+def teacher_forced(model: Transformer, head: MTPHead, prompts: list[list[int]], completions: list[Completion],
+                   gamma: int, temperature: float, batch_size: int = 32) -> tuple[list[float], float]:
+    """(mean d_TV(p, q) per draft position [γ], mean p(S) at the first position's targets: the share of the target's
+    probability the head's draft vocabulary holds, 1.0 without one) along the generated sequences (module docstring).
+    Through hidden states and the LM head in row chunks (`bebop.losses_from_hidden`): no [B, T, V] tensor."""
     seqs = [p + c.tokens for p, c in zip(prompts, completions)]
     written = [[False] * len(p) + c.policy for p, c in zip(prompts, completions)]
-    alphas = []
+    weight = model.lm_head.weight.detach()
+    alphas, covered = [], []
     for start in range(0, len(seqs), batch_size):
         tokens, lengths = pad(seqs[start : start + batch_size], 0)
         trainable, _ = pad([[int(w) for w in ws] for ws in written[start : start + batch_size]], 0)
         mask = anchor_mask(trainable.bool(), lengths, gamma)  # [B, T]
         if not bool(mask.any()):
             continue
-        tokens, mask = tokens.to(model.lm_head.weight.device), mask.to(model.lm_head.weight.device)
-        logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
-        draft = head.chain(model, hidden, tokens, gamma)  # [B, T, γ, V]
-        target, _, _ = chain_targets(logits, tokens, gamma)
-        alphas.append(acceptance_alpha(draft.float(), target.float(), temperature)[mask])  # [M, γ]
+        tokens, mask = tokens.to(weight.device), mask.to(weight.device)
+        _, hidden = model(tokens, compute_logits=False)  # [B, T, d]
+        draft = head.chain_hidden(model, hidden, tokens, gamma)  # [B, T, γ, d]
+        target, _, _ = chain_targets(hidden, tokens, gamma)  # [B, T, γ, d]
+        alphas.append(acceptance_alpha_from_hidden(draft, target, weight, mask=mask, temperature=temperature,
+                                                   draft_ids=head.draft_ids))  # [M, γ]
+        if head.draft_ids is not None:
+            rows = target[:, :, 0][mask]  # [M, d]
+            lse = log_normaliser(rows, weight, temperature)
+            covered.append(coverage(target_logp(rows, weight[head.draft_ids], lse, temperature)))
     if not alphas:
-        return [math.nan] * gamma
-    return (1 - torch.cat(alphas).mean(0)).tolist()
+        return [math.nan] * gamma, math.nan
+    share = float(torch.cat(covered).mean()) if covered else 1.0
+    return (1 - torch.cat(alphas).mean(0)).tolist(), share
 
 
 def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str, temperature: float,
@@ -148,8 +159,8 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
     completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen, prompt_format=fmt)
     rates = derive(stats)
     prompts = prompt_ids(tokenizer, examples, fmt)
-    dtv = (teacher_forced_dtv(model, head, prompts, completions, config.gamma, temperature) if config.teacher_forced
-           else [math.nan] * config.gamma)
+    dtv, share = (teacher_forced(model, head, prompts, completions, config.gamma, temperature)
+                  if config.teacher_forced else ([math.nan] * config.gamma, math.nan))
     entropies = [h for c in completions for h in c.entropy]
     row = {
         "acceptance_rate": rates["spec/acceptance_rate"],
@@ -159,6 +170,8 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
         "entropy_mean": sum(entropies) / max(1, len(entropies)),
         "d_tv_mean": sum(dtv) / len(dtv),
         **{f"d_tv_pos/{i}": v for i, v in enumerate(dtv)},
+        "draft_vocab": None if head.draft_ids is None else head.draft_size,  # K ids, or the whole vocabulary
+        "coverage": share,  # p(S): what any draft over S could accept at most (1 without a draft vocabulary)
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
         "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),

@@ -42,7 +42,8 @@ def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead]
     logits, hidden = model(tokens)  # [B, T, V], [B, T, d]
     target_logits, _, _ = chain_targets(logits, tokens, 1)  # [B, T, 1, V]
     p = probs_from_logits(target_logits[mask][:, 0], temperature)  # [N, V]
-    qs = {name: probs_from_logits(head.chain(model, hidden, tokens, 1)[mask][:, 0], temperature)  # [N, V]
-          for name, head in heads.items()}
+    # a head over a draft vocabulary: q over S spread over V, zero off S (what verification tests)
+    qs = {name: head.full_probs(probs_from_logits(head.chain(model, hidden, tokens, 1)[mask][:, 0], temperature))
+          for name, head in heads.items()}  # [N, V]
     assert all(q.shape == p.shape for q in qs.values()), "a head's vocabulary differs from the policy's"
     return p, qs

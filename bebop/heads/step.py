@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bebop import distributed
+from bebop.draft_vocab import coverage, target_logp
 from bebop.heads.config import TrainMTPConfig
 from bebop.losses import expected_accepted
 from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden
@@ -22,13 +25,33 @@ def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) 
     return model.lm_head.weight.detach()[:rows].to(torch.bfloat16 if use_bf16 else torch.float32)
 
 
-def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool):
-    """(draft_hidden [B, T, depth, d], target_hidden [B, T, depth, d], labels [B, T, depth], mask [B, T])."""
+@dataclass
+class Chain:
+    """A batch through the head's teacher-forced chain, beside what each (anchor, step) is trained to match."""
+
+    draft: torch.Tensor  # [B, T, depth, d] the head's outputs
+    target: torch.Tensor  # [B, T, depth, d] the backbone's hidden states behind the target distributions
+    labels: torch.Tensor  # [B, T, depth] the data tokens
+    mask: torch.Tensor  # [B, T] anchors whose whole chain is the policy's
+    target_lse: torch.Tensor | None  # [B, T, depth] the targets' log-normalisers (a batch made with them)
+
+
+def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool) -> Chain:
     with torch.autocast(batch["hidden"].device.type, dtype=torch.bfloat16, enabled=use_bf16):
         draft = head.chain_hidden(model, batch["hidden"], batch["tokens"], depth)
-    # chain_targets aligns any per-position tensor: here the backbone hidden states behind the target logits.
+    # chain_targets aligns any per-position tensor: the hidden states behind the target logits, and their lse.
     target, labels, _ = chain_targets(batch["hidden"], batch["tokens"], depth)
-    return draft, target, labels, batch["mask"]
+    lse = None if "lse" not in batch else chain_targets(batch["lse"][..., None], batch["tokens"], depth)[0][..., 0]
+    return Chain(draft, target, labels, batch["mask"], lse)
+
+
+def readout(head: MTPHead, chain: Chain) -> dict:
+    """How the losses read the chain out: through the head's draft vocabulary when it has one."""
+    if head.draft_ids is None:
+        return {}
+    if chain.target_lse is None:
+        raise ValueError("a head with a draft vocabulary trains on batches made with the LM head (their lse)")
+    return {"draft_ids": head.draft_ids, "target_lse": chain.target_lse}
 
 
 def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig, use_bf16: bool,
@@ -52,10 +75,11 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
     optimizer.zero_grad(set_to_none=True)
     loss_sum = d_tv_sum = torch.zeros((), dtype=torch.float64, device=device)
     if count:  # a rank without anchors adds nothing (its gradients count as zeros)
-        draft, target, labels, mask = chain_outputs(head, model, part, config.depth, use_bf16)
-        loss, alpha = draft_loss_and_alpha_from_hidden(draft, target, weight, objective=config.objective,
-                                                       labels=labels, mask=mask,
-                                                       temperature=config.temperature)  # [], [M, depth]
+        chain = chain_outputs(head, model, part, config.depth, use_bf16)
+        loss, alpha = draft_loss_and_alpha_from_hidden(chain.draft, chain.target, weight, objective=config.objective,
+                                                       labels=chain.labels, mask=chain.mask,
+                                                       temperature=config.temperature,
+                                                       **readout(head, chain))  # [], [M, depth]
         (loss * (count / total)).backward()
         loss_sum, d_tv_sum = loss.detach().double() * count, (1.0 - alpha.double()).mean(-1).sum()
     distributed.all_reduce_grads(head.parameters())
@@ -68,14 +92,22 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
 @torch.no_grad()
 def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16: bool,
              weight: torch.Tensor) -> dict[str, float]:
-    """Held-out d_TV per draft step and the teacher-forced RS accept length at γ = 3."""
-    alphas = []
+    """Held-out d_TV per draft step, the teacher-forced RS accept length at γ = 3, and with a draft vocabulary its
+    coverage p(S) at the first step's targets (the most any head over S could accept there)."""
+    alphas, covered = [], []
     for batch in batches:
-        draft, target, _, mask = chain_outputs(head, model, batch, config.depth, use_bf16)
-        alphas.append(acceptance_alpha_from_hidden(draft, target, weight, mask=mask,
-                                                   temperature=config.temperature))  # [M, depth]
+        chain = chain_outputs(head, model, batch, config.depth, use_bf16)
+        alphas.append(acceptance_alpha_from_hidden(chain.draft, chain.target, weight, mask=chain.mask,
+                                                   temperature=config.temperature,
+                                                   **readout(head, chain)))  # [M, depth]
+        if head.draft_ids is not None:
+            rows = chain.target[:, :, 0][chain.mask]  # [M, d]
+            lse = chain.target_lse[:, :, 0][chain.mask]  # [M]
+            covered.append(coverage(target_logp(rows, weight[head.draft_ids], lse, config.temperature)))
     alpha = torch.cat(alphas)  # [N, depth]
     out = {"mtp/eval/d_tv_mean": float(1 - alpha.mean())}
+    if covered:
+        out["mtp/eval/coverage"] = float(torch.cat(covered).mean())
     out.update({f"mtp/eval/d_tv_pos/{k}": float(1 - alpha[:, k].mean()) for k in range(config.depth)})
     gamma = min(EVAL_GAMMA, config.depth)
     out["mtp/eval/accept_length_tf"] = float(1 + expected_accepted(alpha[:, :gamma]).mean())
@@ -83,9 +115,13 @@ def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16:
 
 
 def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
-    """The head to train: a copy of `init_head` (adaptation), else fresh (layer copied from the backbone)."""
+    """The head to train: a copy of `init_head` (adaptation, its draft vocabulary kept), else fresh (layer copied
+    from the backbone). A draft vocabulary of `config.draft_vocab` ids is chosen later, from the batches."""
     if config.init_head is not None:
         head = load_head(config.init_head, model.config, dtype=torch.float32)
+        if config.draft_vocab is not None and head.draft_size != config.draft_vocab:
+            raise ValueError(f"--init {config.init_head} drafts over {head.draft_size} ids, not --draft-vocab "
+                             f"{config.draft_vocab}: adapt it with its own vocabulary (leave --draft-vocab out)")
         head.trained_depth, head.objective = config.depth, config.objective
         return head.train()
     torch.manual_seed(config.seed)  # the head's initialisation only
@@ -96,6 +132,7 @@ def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
 
 
 def bf16_copy(head: MTPHead, model: Transformer) -> MTPHead:
-    copy = MTPHead(model.config, trained_depth=head.trained_depth, objective=head.objective)
+    copy = MTPHead(model.config, trained_depth=head.trained_depth, objective=head.objective,
+                   draft_ids=head.draft_ids)
     copy.load_state_dict(head.state_dict())
     return copy.to(torch.bfloat16)

@@ -39,17 +39,19 @@ import torch
 from tqdm import tqdm
 
 from bebop import distributed
-from bebop.data.tasks import Task
+from bebop.data.tasks import Task, build_tasks
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig
-from bebop.heads.data import load_or_generate, make_batches, split_heldout
+from bebop.heads.corpus import load_corpus
+from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.policy import load_policy
-from bebop.prompting import vocab_limit
+from bebop.models.gguf import cache_root
+from bebop.prompting import dataset_config, stop_ids, vocab_limit
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
 from bebop.runlog.null import NullWriter
@@ -63,41 +65,72 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
               resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. `tasks`: config.tasks as the job built them (`build_tasks`; None: built where
-    the data is generated). Under torchrun (bebop.distributed) each step's batch is split by rows over the
-    ranks and rank 0 alone writes."""
+    saves (bf16) to `out` when given. `data_path`: the corpus cache directory (default $BEBOP_CACHE/corpus).
+    `tasks`: config.tasks as the job built them (`build_tasks`; None: built here). Under torchrun
+    (bebop.distributed) each step's batch is split by rows over the ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     model = model.float().to(device).eval().requires_grad_(False)
     checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
+    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
     names, main = one_or_all(config.tasks), distributed.is_main()
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
                        meta_extra={**setup_keys(task=names, rollout=None, mtp_objective=config.objective,
                                                 mtp_strategy=None, gamma=config.depth, mode=None),
                                    "device": str(device), "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:
-        writer.status(message="generating self-generated data")
+        say = _teller(writer, progress and main)
         # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
         # as long as generating takes (hours for a large data set: far past a collective's timeout).
-        data = distributed.broadcast_object(load_or_generate(data_path, model, tokenizer, config, tasks) if main else None,
-                                            wait=GENERATION_WAIT)
-        batches = make_batches(model, data, config, use_bf16)
-        train, held = split_heldout(batches, config.heldout_fraction)
-        rows = vocab_limit(tokenizer, model.config.vocab_size)
-        head, weight = new_head(model, config).to(device), lm_head_weight(model, use_bf16, rows)
+        cache = data_path if data_path is not None else cache_root() / "corpus"
+        sampling = torch.bfloat16 if use_bf16 else torch.float32  # as the policy's rollouts sample
+        data = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling, log=say)
+                                            if main else None, wait=GENERATION_WAIT)
+        head, weight, train, held = _prepare(model, tokenizer, tasks, data, config, use_bf16, checkpoint, say)
+        head = head.to(device)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         start = 0 if checkpoint is None else checkpoints.restore(checkpoint, head, optimizer, generator)
         if writer.last_step is not None and writer.last_step >= start:
             writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
-        writer.status(message=f"training the head ({len(train)} batches, {len(held)} held out)")
+        say(f"training the head ({len(train)} batches, {len(held)} held out)")
         _loop(head, model, train, held, optimizer, generator, weight, range(start, config.steps), config, use_bf16,
               writer, run_dir, progress and main)
         head.eval()
         if out is not None and main:
             save_head(bf16_copy(head, model), out)
     return head
+
+
+def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, config: TrainMTPConfig,
+             use_bf16: bool, checkpoint: dict | None, say) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
+    """(the head to train, with its draft vocabulary when it has one; the LM head weight it trains through; the
+    training and held-out batches)."""
+    weight = lm_head_weight(model, use_bf16, vocab_limit(tokenizer, model.config.vocab_size))  # [V, d]
+    head = new_head(model, config)
+    if checkpoint is not None and checkpoint.get("draft_ids") is not None:  # the resumed run's own S
+        head.use_draft_vocab(checkpoint["draft_ids"])
+    on_vocab = config.draft_vocab is not None or head.draft_ids is not None
+    say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
+    batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None)
+    train, held = split_heldout(batches, config.heldout_fraction)
+    if on_vocab and head.draft_ids is None:
+        head.use_draft_vocab(choose_draft_vocab(train, config.draft_vocab, stop_ids(tokenizer, tasks.values())))
+        say(f"draft vocabulary: the {config.draft_vocab} ids with the most of the policy's probability on the "
+            f"training split (its stop ids included)")
+    for batch in batches:
+        batch.pop("mass", None)
+    return head, weight, train, held
+
+
+def _teller(writer, progress: bool):
+    """What the run is doing, to its status (the dashboard reads it) and, with `progress`, to the terminal."""
+    def say(message: str) -> None:
+        writer.status(message=message)
+        if progress:
+            tqdm.write(f"train-mtp: {message}")
+    return say
 
 
 def _loop(head, model, train, held, optimizer, generator, weight, steps: range, config: TrainMTPConfig,

@@ -82,6 +82,9 @@ def save_for_transformers(model: Transformer, mtp: MTPHead, path: str | os.PathL
     if not isinstance(model, Transformer):
         raise ValueError(f"model must be a bebop Transformer, got {type(model).__name__}")
     check_head_fits(mtp.config, model.config)
+    if mtp.draft_ids is not None:  # transformers' MTP path drafts through the whole LM head
+        raise ValueError(f"the head drafts over a draft vocabulary of {mtp.draft_size} ids, which transformers' "
+                         "generate(use_mtp=True) cannot: save a head trained without --draft-vocab")
     transformers_mtp_config(model.config.to_hf_dict())  # refuse before writing anything
     path = Path(path)
     save_pretrained(model, path, mtp=mtp)

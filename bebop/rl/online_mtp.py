@@ -104,9 +104,11 @@ class OnlineMTP:
         returns (their mean loss, their sum over anchors of the mean d_TV over steps)."""
         weight = backbone.lm_head.weight.detach()[: self.vocab_limit]  # [V, d]
         draft_hidden = self.head.chain_hidden(backbone, hidden, tokens, self.depth)  # [b, L, γ, d]
+        # A head over a draft vocabulary trains on S; its targets' log-normalisers come from the whole LM head, in
+        # chunks, as the full-vocabulary loss's logits do.
         loss, alpha = draft_loss_and_alpha_from_hidden(draft_hidden, target_hidden, weight, objective=self.objective,
-                                                       labels=labels, mask=mask,
-                                                       temperature=self.temperature)  # [], [M, γ]
+                                                       labels=labels, mask=mask, temperature=self.temperature,
+                                                       draft_ids=self.head.draft_ids)  # [], [M, γ]
         (loss * share).backward()
         return float(loss.detach()), float((1 - alpha).mean(-1).sum())
 

@@ -47,6 +47,10 @@ def write_draft(policy: str | os.PathLike, head: MTPHead | str | os.PathLike, ou
     if not isinstance(head, MTPHead):
         head = load_head(head, model_config)
     check_head_fits(head.config, model_config)
+    if head.draft_ids is not None:  # BebopMTPModel computes logits over the whole LM head
+        raise ValueError(f"this head drafts over a draft vocabulary of {head.draft_size} ids, which bebop's vLLM "
+                         "draft model does not serve: use bebop's engine (--backend bebop), or a head trained "
+                         "without --draft-vocab")
     out = Path(out)
     save_head(head, out)
     draft = {**hf, "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], FAMILY_KEY: hf["model_type"],

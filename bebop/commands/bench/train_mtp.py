@@ -1,6 +1,8 @@
-"""`bebop bench train-mtp`: one train-mtp step at a real vocabulary, today's dense path against the chunked one.
+"""`bebop bench train-mtp`: one train-mtp step at a real vocabulary: dense logits, the chunked full vocabulary, and
+heads over draft vocabularies of K ids, side by side.
 
     bebop bench train-mtp --vocab 151936            # B = 4, T = 128, depth 5, e2e TV, Qwen3-0.6B's width
+    bebop bench train-mtp --vocab 49152 --hidden-size 576 --draft-vocab 4096 8192 16384   # SmolLM2's LM head
 
 Both variants take the same AdamW step of `bebop train-mtp` on the same random-init backbone (one decoder layer
 by default; the step's memory is the head's and the LM head's, not the backbone's) and the same random batch,
@@ -11,7 +13,9 @@ whose first `--prompt-len` tokens are prompt (their anchors are not trained):
              go through `draft_loss` in float32; a second full pass logs d_TV
     chunked  `bebop.heads.step.train_step`: the batch caches hidden states [B, T, d] only; valid anchors
              go through the LM head in checkpointed row chunks, whose logits give the loss and the logged d_TV
-             together (`bebop.losses.draft_loss_and_alpha_from_hidden`)
+             together (`bebop.losses_from_hidden.draft_loss_and_alpha_from_hidden`)
+    K        the same step for a head over a draft vocabulary of K ids (`--draft-vocab`): the batch also caches each
+             position's log-normaliser (one float), and only the LM head's K rows of S run in the step
 
 Each variant runs in a fresh process (`bebop.commands.bench.worker`): the model, the batch, the head, its
 optimiser state and one warm-up step on a short batch exist before the peak window opens, so the peak is what
@@ -34,6 +38,7 @@ import torch
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.commands.device_args import add_device_args
 from bebop.device import resolve_device, resolve_dtype
+from bebop.draft_vocab import log_normaliser
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import anchor_mask
 from bebop.heads.step import lm_head_weight, new_head, train_step
@@ -56,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=1, help="backbone decoder layers")
     parser.add_argument("--hidden-size", type=int, default=None,
                         help="backbone width (default: Qwen3-0.6B's shape, d = 1024; else the tiny preset's shape)")
+    parser.add_argument("--draft-vocab", type=int, nargs="*", default=[], metavar="K",
+                        help="also time heads over draft vocabularies of these sizes (default: none)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per variant; the median is reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
@@ -73,6 +80,8 @@ def _check_args(args: argparse.Namespace) -> None:
                          f"--depth + 2 = {args.prompt_len + args.depth + 2}")
     if args.hidden_size is not None and (args.hidden_size < 2 or args.hidden_size % 2):
         raise ValueError(f"--hidden-size must be an even number >= 2, got {args.hidden_size}")
+    if any(not 1 <= k <= args.vocab for k in args.draft_vocab):
+        raise ValueError(f"--draft-vocab sizes must lie in 1..--vocab ({args.vocab}), got {args.draft_vocab}")
     if args.objective not in OBJECTIVES:
         raise ValueError(f"--objective {args.objective!r} is not one of {', '.join(OBJECTIVES)}")
     args.device = str(resolve_device(args.device))  # what the workers read
@@ -102,6 +111,9 @@ def _batch(model: Transformer, spec: dict, batch: int, seq_len: int, use_bf16: b
     with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=use_bf16):
         logits, hidden = model(tokens, compute_logits=spec["variant"] == "dense")  # [B, T, V] | None, [B, T, d]
     out = {"tokens": tokens, "mask": mask, "hidden": hidden}
+    if isinstance(spec["variant"], int):  # a draft vocabulary: each position's log-normaliser, cached
+        out["lse"] = log_normaliser(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight(model, use_bf16)).reshape(
+            batch, seq_len)
     return out if logits is None else {**out, "logits": logits}
 
 
@@ -129,6 +141,8 @@ def worker(spec: dict) -> dict:
     model = _model(spec)
     config = TrainMTPConfig(objective=spec["objective"], depth=spec["depth"])
     head = new_head(model, config).to(spec["device"])
+    if isinstance(spec["variant"], int):  # which K ids make S does not change a step's cost: the first K
+        head.use_draft_vocab(torch.arange(spec["variant"], device=spec["device"]))
     optimizer = torch.optim.AdamW(head.parameters(), lr=LR)
     weight = lm_head_weight(model, use_bf16)  # the chunked path's run-long cast; dense casts under autocast
 
@@ -141,7 +155,7 @@ def worker(spec: dict) -> dict:
     # Warm up on a short batch: the optimiser state and one-off allocations stay out of the peak.
     step(_batch(model, spec, 1, spec["prompt_len"] + spec["depth"] + 4, use_bf16))
     batch = _batch(model, spec, spec["batch_size"], spec["seq_len"], use_bf16)
-    cache_bytes = sum(batch[k].numel() * batch[k].element_size() for k in ("hidden", "logits") if k in batch)
+    cache_bytes = sum(batch[k].numel() * batch[k].element_size() for k in ("hidden", "logits", "lse") if k in batch)
     baseline = reset_peak(spec["device"])
     seconds, losses = [], []
     for _ in range(spec["steps"]):
@@ -163,15 +177,19 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
     for col in ("variant", "s/step", "peak MiB", "cache MiB/seq", "first loss", "trained anchors"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(r["variant"], f"{r['seconds_median']:.2f}", f"{r['peak_mib']:.0f}",
+        name = f"draft vocab {r['variant']}" if isinstance(r["variant"], int) else r["variant"]
+        table.add_row(name, f"{r['seconds_median']:.2f}", f"{r['peak_mib']:.0f}",
                       f"{r['cache_bytes_per_seq'] / 2**20:.2f}", f"{r['losses'][0][0]:.6f}", str(r["anchors"]))
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # logs and pipes: keep every column readable
     console.print(table)
-    dense, chunked = rows
+    dense, chunked = rows[:2]
     print(f"peak dense / chunked: {dense['peak_mib'] / max(chunked['peak_mib'], 1e-9):.1f}x; "
           f"time dense / chunked: {dense['seconds_median'] / chunked['seconds_median']:.2f}x")
+    for r in rows[2:]:
+        print(f"time chunked full vocabulary / draft vocabulary {r['variant']}: "
+              f"{chunked['seconds_median'] / r['seconds_median']:.2f}x")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     spec = {k: getattr(args, k) for k in ("vocab", "batch_size", "seq_len", "prompt_len", "depth", "objective",
                                          "layers", "hidden_size", "steps", "dtype", "threads", "device")}
     rows = []
-    for variant in VARIANTS:
+    for variant in (*VARIANTS, *args.draft_vocab):
         result = spawn("bebop.commands.bench.train_mtp", {**spec, "variant": variant})
         rows.append({**result, "seconds_median": statistics.median(result["seconds"]),
                      "peak_mib": result["peak_bytes"] / 2**20})
