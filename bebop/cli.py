@@ -27,7 +27,9 @@ BENCHMARKS = {
     "depth": ("bebop.commands.bench.depth",
               "the draft depth chosen live (--gamma auto) beside every static depth on a task's prompts"),
     "train-mtp": ("bebop.commands.bench.train_mtp",
-                  "one train-mtp step at a real vocabulary: dense logits vs chunked hidden states, peak memory and time"),
+                  "one train-mtp step at a real vocabulary: dense logits, chunked hidden states and draft vocabularies, "
+                  "peak memory and time"),
+    "memory": ("bebop.commands.bench.memory", "the peak resident memory of whole bebop jobs, each in a fresh process"),
 }
 
 

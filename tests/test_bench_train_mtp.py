@@ -1,4 +1,5 @@
-"""`bebop bench train-mtp`: both variants' records from one run, the same loss on both paths, bad input.
+"""`bebop bench train-mtp`: every variant's records from one run, the same loss on the dense and chunked paths, bad
+input; `bebop bench memory`: a job's peak.
 
 Times and peaks are not asserted (they are what the bench reports, not what a test checks on a shared CPU); what
 is asserted is that each variant measured what it says: the same first loss (the dense and chunked paths are one
@@ -19,12 +20,14 @@ TINY = ["--vocab", "300", "--hidden-size", "32", "--seq-len", "24", "--prompt-le
         "--batch-size", "2", "--steps", "2", "--autocast", "fp32"]
 
 
-def test_one_run_writes_both_variants(tmp_path, capsys):
+def test_one_run_writes_every_variant(tmp_path, capsys):
     path = tmp_path / "train_mtp.json"
-    assert main(["bench", "train-mtp", *TINY, "--json", str(path)]) == 0
+    assert main(["bench", "train-mtp", *TINY, "--draft-vocab", "40", "--json", str(path)]) == 0
     out = json.loads(path.read_text())
-    dense, chunked = out["results"]
-    assert (dense["variant"], chunked["variant"]) == ("dense", "chunked")
+    dense, chunked, on_s = out["results"]
+    assert (dense["variant"], chunked["variant"], on_s["variant"]) == ("dense", "chunked", 40)
+    # a draft vocabulary: hidden states [T, d] plus the log-normalisers [T], float32, per sequence
+    assert on_s["anchors"] == chunked["anchors"] and on_s["cache_bytes_per_seq"] == 24 * (32 + 1) * 4
     for r in (dense, chunked):
         assert len(r["seconds"]) == len(r["losses"]) == 2 and all(s > 0 for s in r["seconds"])
         assert r["peak_bytes"] >= 0 and r["anchors"] > 0 and r["bf16"] is False
@@ -45,8 +48,22 @@ def test_one_run_writes_both_variants(tmp_path, capsys):
     pytest.param(["--device", "cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     (["--hidden-size", "7"], "--hidden-size must be an even number"),
+    (["--vocab", "300", "--draft-vocab", "301"], "--draft-vocab sizes must lie in 1..--vocab (300)"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, match, capsys):
     assert main(["bench", "train-mtp", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
+
+
+def test_bench_memory_reports_each_jobs_peak_and_refuses_a_job_without_its_separator(capsys):
+    from bebop.commands.bench.memory import measure, split_jobs
+
+    assert split_jobs(["--", "rl", "--steps", "1", "--", "demo"]) == [["rl", "--steps", "1"], ["demo"]]
+    with pytest.raises(ValueError, match="after `--`"):
+        split_jobs(["rl"])
+    with pytest.raises(ValueError, match="at least one job"):
+        split_jobs(["--"])
+    ok, bad = measure(["--help"]), measure(["no-such-command"])
+    assert ok["returncode"] == 0 and ok["peak_bytes"] > 10 * 2**20  # a Python process with argparse loaded
+    assert bad["returncode"] == 2
