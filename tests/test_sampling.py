@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from bebop.sampling import logprobs_from_logits, probs_from_logits, sample, scaled_logits
+from bebop.sampling import entropy, logprobs_from_logits, probs_from_logits, sample, scaled_logits
 
 NEG_INF = float("-inf")
 
@@ -329,3 +331,15 @@ def test_the_update_measures_entropy_over_the_real_ids(padded_world, tmp_path):
     trainer.writer.close()
     assert sum(measured) / len(measured) > 1.0
     assert updated == pytest.approx(sum(measured) / len(measured), abs=5e-2)
+
+
+def test_entropy_values():
+    assert entropy(torch.full((7,), 1 / 7)).item() == pytest.approx(math.log(7))
+    one_hot = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert entropy(one_hot).tolist() == [0.0, 0.0]
+    p = torch.tensor([0.5, 0.0, 0.25, 0.25])  # zeros contribute nothing
+    assert entropy(p).item() == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
+    probs = torch.softmax(torch.randn(2, 5, 9, generator=torch.Generator().manual_seed(1)), -1)
+    assert torch.allclose(entropy(probs.transpose(1, 2), dim=1), entropy(probs))  # [2, 5] either way
+    with pytest.raises(ValueError, match="probs"):
+        entropy(torch.tensor([1, 0]))

@@ -40,7 +40,6 @@ from bebop import distributed
 from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine.backend import rollout_backend, snapshot
 from bebop.engine.rollout import GenerationConfig
-from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
 from bebop.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
@@ -54,7 +53,7 @@ from bebop.rl.shared_prompt import SharedPromptLayout, micro_batches, prompt_gro
 from bebop.runlog import RunWriter
 from bebop.runlog.null import NullWriter
 from bebop.runlog.setup import rl_setup
-from bebop.sampling import probs_from_logits
+from bebop.sampling import entropy, probs_from_logits
 
 # Config fields a resumed run may change; any other difference from the checkpoint's config is refused.
 RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step", "micro_batch_tokens", "share_prompts",
