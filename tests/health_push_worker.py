@@ -22,7 +22,7 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
 
     from bebop.default import load_default
     from bebop.rl import RLConfig, Trainer
-    from bebop.tasks import build_tasks
+    from bebop.tasks import get
 
     class CorruptPush(Trainer):
         def _refresh_snapshot(self) -> None:  # sync mode: after each update (and once at the start)
@@ -34,7 +34,7 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
     config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 3, prompts_per_step=4,
                            group_size=4, max_new_tokens=32, checkpoint_every=0)
     trainer = CorruptPush(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
-                          task=build_tasks(["math"])["math"])
+                          task=get("math"))
     return [{k: v for k, v in r.items() if k.startswith("draft_health/")} for r in trainer.run()]
 
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
-from bebop.commands.prompt_args import add_prompt_args, resolve
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
-from bebop.prompting import PromptFormat, prompt_format, prompt_ids
+from bebop.data.prompts import PromptFormat, PromptOptions, job_prompt_format, prompt_format, prompt_ids
 from bebop.rl.batch import collect
 
 IM_START = "<|im_start|>"
@@ -33,6 +33,11 @@ def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_prompt_args(parser)
     return parser.parse_args(list(argv))
+
+
+def resolve(args: argparse.Namespace, tokenizer) -> PromptFormat:
+    """The prompt format the parsed flags ask for, as a job resolves its config's fields once the tokenizer loads."""
+    return job_prompt_format(PromptOptions(**prompt_fields(args)), tokenizer)
 
 
 def test_modes(tok, plain_tok):

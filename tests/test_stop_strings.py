@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
-from bebop.completions import complete
+from bebop.play import complete
 from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from bebop.commands.device_args import add_device_args
-from bebop.completions import complete
+from bebop.play import complete
 from bebop.data.batches import demo_batches
 from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task

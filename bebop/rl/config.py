@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bebop.data.prompt_options import PromptOptions, check_prompt_fields
+from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
 
 TASKS = ("math", "code", "agent")
@@ -58,7 +58,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     def __post_init__(self) -> None:
         named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS)]
         dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
-        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.build_tasks)
+        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get)
             named.insert(0, ("task", TASKS))
         for name, options in named:
             if getattr(self, name) not in options:

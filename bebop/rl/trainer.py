@@ -41,7 +41,8 @@ from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine.backend import rollout_backend, snapshot
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.mtp import check_head_fits
-from bebop.prompting import PromptFormat, dataset_config, job_prompt_format, vocab_limit
+from bebop.data.prompts import PromptFormat, job_prompt_format, vocab_limit
+from bebop.data.tasks import dataset_config
 from bebop.rl.batch import RolloutBatch, collect, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
@@ -82,7 +83,7 @@ class Trainer:
     """GRPO on `model` (copied; the caller's model and head are never modified) for `config.steps` steps.
 
     `task` overrides `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys);
-    `prompt_format` overrides how prompts reach the policy (`bebop.prompting`; default: `config.chat_template`
+    `prompt_format` overrides how prompts reach the policy (`bebop.data.prompts`; default: `config.chat_template`
     and `config.system_prompt` with this tokenizer).
     """
 
@@ -98,9 +99,9 @@ class Trainer:
         self.rank, self.world = distributed.rank(), distributed.world()
         check_world(config.prompts_per_step, self.world)
         if task is None:
-            from bebop.data.tasks import task_for
+            from bebop.data.tasks import get
 
-            task = task_for(config.task, dataset_config(config))
+            task = get(config.task, dataset_config(config))
         self.config, self.tokenizer, self.task, self.progress = config, tokenizer, task, progress
         self.prompt_format = prompt_format or job_prompt_format(config, tokenizer)
         # The rollout masks ids past the tokenizer's size (padding rows); the update's log-probs must mask the same.

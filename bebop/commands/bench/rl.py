@@ -80,9 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace) -> dict:
     """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag); the
     tasks, each built (a dataset read) once for every run."""
-    from bebop.data.tasks import DatasetConfig, build_tasks
+    from bebop.data.tasks import DatasetConfig, check_task_names, get
 
-    tasks = build_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
+    dataset = DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key)
+    tasks = {name: get(name, dataset) for name in check_task_names(args.tasks)}
     if any(g != "auto" and g < 1 for g in args.gamma):
         raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
     for flag in ("--steps", "--max-new-tokens", "--repeats"):
