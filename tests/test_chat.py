@@ -14,7 +14,7 @@ from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
 from bebop.data.prompts import PromptFormat, PromptOptions, job_prompt_format, prompt_format, prompt_ids
-from bebop.rl.batch import collect
+from bebop.rl.batch import Rollouts
 
 IM_START = "<|im_start|>"
 
@@ -81,8 +81,8 @@ def test_a_math_answer_ending_in_im_end_is_scored(tok, right):
     answer = examples[0].answer if right else examples[0].answer + 1
     ids = tok.encode(f"answer: {answer}")
     model, head = steered_pair(tok.vocab_size, chain(start, ids, tok.eos_id))
-    batch = collect(Engine(model, head), task, tok, examples[:1] * 2,
-                    GenerationConfig(max_new_tokens=12, gamma=2, seed=0), pad_id=tok.pad_id, prompt_format=fmt)
+    batch = Rollouts(Engine(model, head), task, tok, fmt).collect(examples[:1] * 2,
+                                                                  GenerationConfig(max_new_tokens=12, gamma=2, seed=0))
     assert batch.prompts[0] == prompts[0]
     assert batch.rollout.tokens[0] == ids + [tok.eos_id]  # the engine stopped on <|im_end|>, kept in the tokens
     assert batch.completions[0] == f"answer: {answer}"  # ... and the reward read the text without it

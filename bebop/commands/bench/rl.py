@@ -138,7 +138,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path, built=None) -
             name += (f"-g{gamma}" if gamma is not None and len(args.gamma) > 1 else "") + f"-{repeat}"
             run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
             depth = {} if gamma is None else {"gamma": gamma}
-            records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir, task=built)
+            records = run_once(default, base.replace(method=rollout, mode=mode, **depth), head, run_dir, task=built)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain = merged[f"{task}-none"]
