@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -48,8 +49,8 @@ from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, trai
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.policy import load_policy
 from bebop.data.prompts import vocab_limit
+from bebop.policy import load_policy
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
 from bebop.runlog.null import NullWriter
@@ -92,16 +93,30 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         if writer.last_step is not None and writer.last_step >= start:
             writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
         writer.status(message=f"training the head ({len(train)} batches, {len(held)} held out)")
-        _loop(head, model, train, held, optimizer, generator, weight, range(start, config.steps), config, use_bf16,
-              writer, run_dir, progress and main)
+        _loop(Trainee(head, model, optimizer, generator, weight), train, held, range(start, config.steps), config,
+              use_bf16, writer, run_dir, progress and main)
         head.eval()
         if out is not None and main:
             save_head(bf16_copy(head, model), out)
     return head
 
 
-def _loop(head, model, train, held, optimizer, generator, weight, steps: range, config: TrainMTPConfig,
-          use_bf16: bool, writer, run_dir: Path, progress: bool) -> None:
+@dataclass(frozen=True)
+class Trainee:
+    """What the steps of a train-mtp run update and read: the head and its optimiser, the frozen policy and its LM
+    head weight, and the generator that draws each step's batch."""
+
+    head: MTPHead
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    weight: torch.Tensor
+
+
+def _loop(trainee: Trainee, train, held, steps: range, config: TrainMTPConfig, use_bf16: bool, writer, run_dir: Path,
+          progress: bool) -> None:
+    head, model, optimizer, generator, weight = (trainee.head, trainee.model, trainee.optimizer, trainee.generator,
+                                                 trainee.weight)
     warmup = max(1, round(config.warmup_frac * config.steps))
     name = f"mtp/loss/{config.objective}"
     bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bebop.engine.depth.cells import Cell, fitted_line, row_bucket
