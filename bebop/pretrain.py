@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.data.batches import demo_batches
 from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task
@@ -72,17 +73,13 @@ class PretrainConfig:
         if taught:  # a dataset has answers but no teacher: pretraining writes demonstrations of built-ins only
             raise ValueError(f"pretrain teaches the built-in tasks {sorted(TASKS)} only (they have teachers), "
                              f"not {taught}")
-        for name in ("steps", "batch_size", "eval_every", "eval_prompts", "eval_max_new_tokens", "threads"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"PretrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
-        if not 0 < self.min_lr <= self.lr:
-            raise ValueError(f"need 0 < min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
-        if not 0 <= self.warmup < self.steps:
-            raise ValueError(f"warmup must be in [0, steps), got {self.warmup}")
-        if not 0.0 <= self.error_rate < 1.0:
-            raise ValueError(f"error_rate must be in [0, 1), got {self.error_rate}")
-        if self.autocast not in ("auto", "bf16", "fp32"):
-            raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
+        check_ints(self, ("steps", "batch_size", "eval_every", "eval_prompts", "eval_max_new_tokens", "threads"), low=1)
+        check_number(self, "lr", low=0, open_low=True)
+        check_number(self, "min_lr", low=0, high=self.lr, open_low=True)
+        check_ints(self, ("warmup",), low=0)
+        check_number(self, "warmup", high=self.steps, open_high=True)
+        check_number(self, "error_rate", low=0, high=1, open_high=True)
+        check_choice(self, "autocast", PRECISIONS)
         check_device_name(self.device)
 
     @classmethod

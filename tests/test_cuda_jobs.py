@@ -53,7 +53,7 @@ def test_the_update_on_cuda_equals_the_update_on_the_cpu(tmp_path):
     for device in ("cpu", "cuda"):
         rl = RLConfig.tiny(rollout="rs", mtp="online-tv", device=device, gen_dtype="fp32")
         trainer = build_trainer(rl, copy.deepcopy(model), tok, head=copy.deepcopy(head), run_dir=tmp_path / device,
-                          task=Digits())
+                                task=Digits())
         assert trainer.policy.lm_head.weight.device.type == device
         batch = results["batch"] if "batch" in results else trainer._generate(0, 0)
         results.setdefault("batch", batch)

@@ -484,7 +484,8 @@ def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pa
     with pytest.raises(ValueError, match="different config"):
         checkpoint_path(run_dir).unlink()
         train(pair, tok, tmp_path, "other", steps=2)
-        build_trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(), resume=True)
+        build_trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(),
+                      resume=True)
 
 
 def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):

@@ -47,7 +47,7 @@ def trainer(tmp_path_factory):
     config = RLConfig.tiny(rollout="none", mode="sync", backend="vllm", steps=1, max_new_tokens=16, lr=3e-3,
                            prompts_per_step=2, group_size=4)
     return build_trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run",
-                   task=Digits())
+                         task=Digits())
 
 
 def _bebop(trainer) -> Engine:
@@ -83,7 +83,8 @@ def test_greedy_output_equals_bebops(trainer):
 def test_logprobs_and_entropy_are_the_processed_targets(trainer):
     """At temperature 0.7 vLLM's log-probs and entropies are those of softmax(logits / 0.7), as bebop's are."""
     prompts, T = _prompts(trainer), 0.7
-    rollout = trainer.rollouts.backend.generate(prompts, GenerationConfig(max_new_tokens=12, temperature=T, gamma=0, seed=3))
+    config = GenerationConfig(max_new_tokens=12, temperature=T, gamma=0, seed=3)
+    rollout = trainer.rollouts.backend.generate(prompts, config)
     assert rollout.stats["entropy_source"] == "vllm"
     model = trainer.policy.eval()
     for prompt, tokens, logprobs, entropy in zip(prompts, rollout.tokens, rollout.logprobs, rollout.entropy):

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
-    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}  # each dataset read once, before the policy loads
+    # Each dataset read once, before the policy loads.
+    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     torch.set_num_threads(config.threads)
     policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
     model, tokenizer = policy.model, policy.tokenizer

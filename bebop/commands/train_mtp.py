@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and (args.run_dir is None or not args.run_dir.is_dir()):
         raise ValueError("--resume continues the run in --run-dir: pass the run directory of an existing run")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}  # each dataset read once, before the policy loads
+    # Each dataset read once, before the policy loads.
+    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
     model, tokenizer = load_frozen_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"

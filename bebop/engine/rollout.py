@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from bebop.checks import check_choice, check_ints, check_number
 from bebop.engine.depth.choice import Choice
 from bebop.engine.depth.counters import depth_counters
 from bebop.engine.stops import Decode, Stop, StopMatcher
@@ -50,22 +51,13 @@ class GenerationConfig:
     max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
-        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 0):
-            raise ValueError(f"gamma must be an int >= 0 (0 = plain decoding) or 'auto', got {self.gamma!r}")
-        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
-            raise ValueError(f"max_gamma must be an int >= 1, got {self.max_gamma!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.vocab_limit is not None and self.vocab_limit < 1:
-            raise ValueError(f"vocab_limit must be >= 1 or None, got {self.vocab_limit}")
+        check_ints(self, ("max_new_tokens", "max_gamma"), low=1)
+        check_ints(self, ("top_k", "vocab_limit"), low=1, also=(None,))
+        check_ints(self, ("gamma",), low=0, also=("auto",))  # 0 = plain decoding
+        check_number(self, "temperature", low=0)
+        if self.top_p is not None:
+            check_number(self, "top_p", low=0, high=1, open_low=True)
+        check_choice(self, "method", METHODS)
         if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))

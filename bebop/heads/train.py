@@ -64,8 +64,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
               resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: built where
-    the data is generated). Under torchrun (bebop.distributed) each step's batch is split by rows over the
+    saves (bf16) to `out` when given. `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got
+    where the data is generated). Under torchrun (bebop.distributed) each step's batch is split by rows over the
     ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)

@@ -45,9 +45,9 @@ RESUMABLE_CHANGES = ("steps", "threads", "checkpoint_every", "samples_per_step",
                      "device")
 
 
-def build_trainer(config: RLConfig, model, tokenizer, *, run_dir: str | os.PathLike, head=None, task: Task | None = None,
-                  resume: bool = False, name: str | None = None, mirrors: Sequence[Mirror] = (),
-                  meta_extra: dict | None = None) -> Trainer:
+def build_trainer(config: RLConfig, model, tokenizer, *, run_dir: str | os.PathLike, head=None,
+                  task: Task | None = None, resume: bool = False, name: str | None = None,
+                  mirrors: Sequence[Mirror] = (), meta_extra: dict | None = None) -> Trainer:
     """A `Trainer` for GRPO on `model` (copied: the caller's model and head are never modified). `task` overrides
     `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys); `resume` continues the
     run in `run_dir` from its checkpoint; `mirrors` copy its streams (`bebop.runlog.mirror`)."""
@@ -126,8 +126,9 @@ class RLRun:
                 **(meta_extra or {}),
                 **rl_setup(task=getattr(self.task, "name", config.task), rollout=config.method, mode=config.mode,
                            mtp_objective=getattr(head, "objective", None), mtp_strategy=config.mtp, gamma=config.gamma)}
-        writer = RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=self.resume, name=name, meta_extra=meta,
-                           mirrors=mirrors) if distributed.is_main() else NullWriter(name or self.run_dir.name, self.run_dir)
+        writer = (RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=self.resume, name=name, meta_extra=meta,
+                            mirrors=mirrors)
+                  if distributed.is_main() else NullWriter(name or self.run_dir.name, self.run_dir))
         trainer = Trainer(config, model, rollouts, writer, head=head)
         if self.resume:
             trainer.resume(checkpoint)

@@ -17,7 +17,7 @@ from bebop.rl.config import RLConfig
 
 def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True,
              task=None) -> list[dict]:
-    """The job's step records, on `policy` (a `bebop.policy.PolicyBundle`) with its head `head`; `task` is
+    """The job's step records, on `policy` (a `bebop.default.PolicyBundle`) with its head `head`; `task` is
     config.task as the caller got it (None: got here)."""
     from bebop.rl.build import build_trainer  # torch and the models: not for the CLIs' help texts
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
 
@@ -57,52 +58,31 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     backend: str = "bebop"  # rollouts from "bebop"'s engine or "vllm" (colocated, weights pushed after each update)
 
     def __post_init__(self) -> None:
-        named = [("method", "rollout method", ROLLOUTS), ("mtp", "mtp", MTP_STRATEGIES), ("mode", "mode", MODES),
-                 ("backend", "backend", BACKENDS)]
         dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
         if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get)
-            named.insert(0, ("task", "task", TASKS))
-        for name, label, options in named:
-            if getattr(self, name) not in options:
-                raise ValueError(f"unknown {label} {getattr(self, name)!r}; valid names: {list(options)}")
+            check_choice(self, "task", TASKS)
+        check_choice(self, "method", ROLLOUTS, label="rollout method")
+        for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),
+                              ("gen_dtype", PRECISIONS)):
+            check_choice(self, name, options)
         check_prompt_fields(self)
         if self.gamma == "auto" and self.backend == "vllm":
             raise ValueError("gamma='auto' chooses the depth per engine step in bebop's engine; vLLM's speculative "
                              "config fixes it at start: use an int gamma with backend 'vllm'")
-        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1):
-            raise ValueError(f"RLConfig.gamma must be a positive int or 'auto', got {self.gamma!r}")
-        for name in ("steps", "prompts_per_step", "max_new_tokens", "max_gamma", "mtp_depth"):
-            value = getattr(self, name)
-            if name == "mtp_depth" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RLConfig.{name} must be a positive int, got {value!r}")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
-            raise ValueError(f"RLConfig.group_size must be an int >= 2 (GRPO compares a group), got {self.group_size!r}")
-        for name in ("checkpoint_every", "samples_per_step", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RLConfig.{name} must be a non-negative int, got {value!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"RLConfig.temperature must be > 0 (RL samples), got {self.temperature}")
+        check_ints(self, ("gamma",), low=1, also=("auto",))
+        check_ints(self, ("steps", "prompts_per_step", "max_new_tokens", "max_gamma"), low=1)
+        check_ints(self, ("mtp_depth", "threads"), low=1, also=(None,))
+        check_ints(self, ("group_size",), low=2)  # GRPO compares within a group
+        check_ints(self, ("checkpoint_every", "samples_per_step", "seed", "micro_batch_tokens"), low=0)
+        check_number(self, "temperature", low=0, open_low=True)  # RL samples
         for name in ("lr", "mtp_lr", "kl_coef"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"RLConfig.{name} must be >= 0, got {getattr(self, name)}")
+            check_number(self, name, low=0)
         for name in ("grad_clip", "mtp_grad_clip"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"RLConfig.{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"RLConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
+            check_number(self, name, low=0, open_low=True)
+        check_number(self, "clip_eps", low=0, high=1, open_low=True, open_high=True)
         check_device_name(self.device)
-        if self.gen_dtype not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"RLConfig.gen_dtype must be 'auto', 'fp32' or 'bf16', got {self.gen_dtype!r}")
-        if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \
-                or self.micro_batch_tokens < 0:
-            raise ValueError(f"RLConfig.micro_batch_tokens must be a non-negative int, got {self.micro_batch_tokens!r}")
         if not isinstance(self.share_prompts, bool):
             raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
         if self.mtp != "frozen" and self.method == "none":
             raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout method (--rollout) "
                              "'to' or 'rs' (with 'none' there is no head)")

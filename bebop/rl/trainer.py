@@ -157,7 +157,8 @@ class Trainer:
 
     def _generate(self, step: int, version: int) -> RolloutBatch:
         c = self.config
-        examples = sample_examples(self.rollouts.task, c.prompts_per_step, c.group_size, step_seed(c.seed, step), c.level)
+        seed = step_seed(c.seed, step)
+        examples = sample_examples(self.rollouts.task, c.prompts_per_step, c.group_size, seed, c.level)
         examples = rank_block(examples, self.rank, self.world)  # the ranks' blocks, in order, are the global batch
         return self.rollouts.collect(examples, self.generation_config(step), policy_version=version)
 

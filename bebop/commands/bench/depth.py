@@ -50,14 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse bad input in one line before a model is loaded."""
+    from bebop.checks import check_flags
     from bebop.data.tasks import check_task_names
 
-    for flag in ("--group", "--max-new-tokens", "--repeats", "--threads"):
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if any(p < 1 for p in args.prompts):
-        raise ValueError(f"--prompts values must be >= 1, got {args.prompts}")
+    check_flags(args, ("--group", "--max-new-tokens", "--repeats", "--threads", "--prompts"), low=1)
     if any(g != "auto" and g < 0 for g in args.gamma) or len(depths(args)) < 2:
         raise ValueError(f"--gamma values must be 'auto' or ints >= 0 with at least one to time besides plain "
                          f"decoding (0, always timed), got {args.gamma}")

@@ -62,7 +62,8 @@ def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
 
 
 __all__ = [
-    "TASKS", "get", "check_task_names", "dataset_config", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
+    "TASKS", "get", "check_task_names", "dataset_config", "Example", "Task", "Rng", "parse_answer", "strip_completion",
+    "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",
     "program_text",

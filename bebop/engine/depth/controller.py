@@ -10,6 +10,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from bebop.checks import check_ints, check_number
 from bebop.engine.depth.cells import Cell, fitted_line, row_bucket
 from bebop.engine.depth.choice import Choice
 from bebop.engine.depth.estimates import Values
@@ -32,19 +33,15 @@ class DepthConfig:
     margin: float = 0.05  # plain decoding is chosen while its estimated tokens/s is within this share of the best's
 
     def __post_init__(self) -> None:
-        for name, low in (("max_gamma", 1), ("cost_window", 1), ("load_window", 1), ("settle", 2),
-                          ("probe_every", 0), ("probe_steps", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        for name, ok, span in (("acceptance_decay", 0 < self.acceptance_decay <= 1, "in (0, 1]"),
-                               ("prior_weight", self.prior_weight > 0, "> 0"),
-                               ("margin", 0 <= self.margin < 1, "in [0, 1)"),
-                               ("optimism", self.optimism >= 0, ">= 0"),
-                               ("noise_prior", self.noise_prior > 0, "> 0"),
-                               ("probe_budget", 0 < self.probe_budget <= 1, "in (0, 1]")):
-            if not ok:
-                raise ValueError(f"{name} must be {span}, got {getattr(self, name)}")
+        check_ints(self, ("max_gamma", "cost_window", "load_window", "probe_steps"), low=1)
+        check_ints(self, ("settle",), low=2)
+        check_ints(self, ("probe_every",), low=0)
+        check_number(self, "acceptance_decay", low=0, high=1, open_low=True)
+        check_number(self, "probe_budget", low=0, high=1, open_low=True)
+        check_number(self, "margin", low=0, high=1, open_high=True)
+        check_number(self, "optimism", low=0)
+        for name in ("prior_weight", "noise_prior"):
+            check_number(self, name, low=0, open_low=True)
 
 
 @dataclass(eq=False)
