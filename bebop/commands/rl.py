@@ -92,18 +92,6 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
                            **prompt_fields(args))
 
 
-def finished_step(out: Path, config: RLConfig) -> int | None:
-    """The last step of a run in `out` that finished all of `config.steps` (None if it has more to do): resuming it
-    would load the model only to log nothing. A larger --steps continues it."""
-    from bebop.files import read_json
-
-    status = out / "status.json"
-    state = read_json(status) if status.is_file() else {}
-    step = state.get("step")
-    done = state.get("state") == "finished" and isinstance(step, int) and step + 1 >= config.steps
-    return step if done else None
-
-
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...` (bebop.rl.parallel)."""
     from bebop import distributed
@@ -124,8 +112,8 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
     check_policy(args.policy)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
-    if args.resume and (last := finished_step(args.out, config)) is not None:
-        print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "
+    if run.finished is not None:
+        print(f"{args.out}: already finished (step {run.finished} of --steps {config.steps}); nothing to resume, "
               "pass a larger --steps to continue it")
         print(watch)
         return 0

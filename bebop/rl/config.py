@@ -65,7 +65,6 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),
                               ("gen_dtype", PRECISIONS)):
             check_choice(self, name, options)
-        check_prompt_fields(self)
         if self.gamma == "auto" and self.backend == "vllm":
             raise ValueError("gamma='auto' chooses the depth per engine step in bebop's engine; vLLM's speculative "
                              "config fixes it at start: use an int gamma with backend 'vllm'")
@@ -80,6 +79,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         for name in ("grad_clip", "mtp_grad_clip"):
             check_number(self, name, low=0, open_low=True)
         check_number(self, "clip_eps", low=0, high=1, open_low=True, open_high=True)
+        check_prompt_fields(self)
         check_device_name(self.device)
         if not isinstance(self.share_prompts, bool):
             raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
