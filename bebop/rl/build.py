@@ -124,6 +124,7 @@ class RLRun:
             raise ValueError(f"rollout method {config.method!r} drafts with an MTP head: pass head=")
         if head is not None:
             check_head_fits(head.config, model.config)
+        prompt_format = job_prompt_format(config, tokenizer)  # a template the tokenizer lacks: refused here
         checkpoint = load_checkpoint(self.run_dir) if self.resume else None
         if checkpoint is not None:
             check_resumable(checkpoint["config"], config)
@@ -133,7 +134,7 @@ class RLRun:
         head = copy.deepcopy(head).float().to(device).eval() if head is not None and config.uses_head else None
         backend = rollout_backend(config.backend, model, head, dtype, device, seed=config.seed, gamma=config.gamma,
                                   method=config.method, world=distributed.world())
-        rollouts = Rollouts(backend, self.task, tokenizer, job_prompt_format(config, tokenizer))
+        rollouts = Rollouts(backend, self.task, tokenizer, prompt_format)
         meta = {"policy_parameters": model.num_parameters(), "device": str(device), "world_size": distributed.world(),
                 **(meta_extra or {}),
                 **rl_setup(task=getattr(self.task, "name", config.task), rollout=config.method, mode=config.mode,
