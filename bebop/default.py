@@ -35,12 +35,17 @@ REQUIRED_HEADS = ("ce", "e2e_tv")
 
 
 @dataclass(frozen=True)
-class Default:
+class PolicyBundle:
+    """A policy with its tokenizer and MTP heads, as `load_default` and `bebop.policy.load_policy_heads` load them."""
+
     model: Transformer
     tokenizer: CharTokenizer
     heads: dict[str, MTPHead]  # label -> head; load_default's: objective -> head, "ce" and "e2e_tv" always, "tv" etc.
-    # when shipped (bebop.policy.load_policy_heads fills the same bundle with the heads a job names)
-    path: Path
+    # when shipped (load_policy_heads: the heads a job names)
+    path: Path  # the directory its files (and heads/) were read from
+
+
+Default = PolicyBundle  # its earlier name (`bebop.load_default() -> Default`), from when only the default had one
 
 
 def shipped_heads(path: Path = DEFAULT_DIR) -> list[str]:
@@ -50,7 +55,7 @@ def shipped_heads(path: Path = DEFAULT_DIR) -> list[str]:
 
 
 def load_default(*, dtype: torch.dtype | str | None = None, device: torch.device | str | None = None,
-                 path: str | Path | None = None) -> Default:
+                 path: str | Path | None = None) -> PolicyBundle:
     """Load the shipped policy, tokenizer and heads (bf16 where the CPU is fast at it, else fp32)."""
     from bebop.data.tokenizer import load_tokenizer
     from bebop.device import resolve_dtype
@@ -66,4 +71,4 @@ def load_default(*, dtype: torch.dtype | str | None = None, device: torch.device
     if missing:
         raise FileNotFoundError(f"{root / 'heads'} lacks the heads {missing}; train them with `bebop train-mtp`")
     heads = {n: load_head(root / "heads" / n, model.config, dtype=dtype, device=device) for n in names}
-    return Default(model=model, tokenizer=load_tokenizer(root), heads=heads, path=root)
+    return PolicyBundle(model=model, tokenizer=load_tokenizer(root), heads=heads, path=root)

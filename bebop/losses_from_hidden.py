@@ -16,6 +16,8 @@ other:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -27,6 +29,19 @@ from bebop.losses import (OBJECTIVES, anchor_losses, check_labels, check_mask, c
 # Logit elements per chunk: one float32 [rows, V or K] chunk stays near 32 MB, so the few such blocks a loss keeps
 # alive per chunk are small next to any model.
 CHUNK_ELEMENTS = 1 << 23
+
+
+@dataclass(frozen=True)
+class Readout:
+    """How rows become distributions: the LM head W [V, d] (detached), at `temperature`, `chunk_rows` rows at a
+    time; over a draft vocabulary `draft_ids` [K] (with the targets' log-normalisers `target_lse` [B, T, γ], or
+    None to compute them) or, without one, the whole vocabulary."""
+
+    weight: torch.Tensor
+    temperature: float = 1.0
+    chunk_rows: int | None = None
+    draft_ids: torch.Tensor | None = None
+    target_lse: torch.Tensor | None = None
 
 
 def draft_loss_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor, *,
@@ -44,8 +59,8 @@ def draft_loss_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tens
     draft_ids      [K] | None    a draft vocabulary: the draft is a distribution over these ids (module docstring)
     target_lse     [B, T, γ]     with `draft_ids`: logsumexp(target_hidden·Wᵀ / T) at each aligned position
     """
-    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
-                             chunk_rows, draft_ids, target_lse, with_alpha=False)[0]
+    readout = Readout(lm_head_weight, temperature, chunk_rows, draft_ids, target_lse)
+    return _loss_from_hidden(draft_hidden, target_hidden, objective, labels, mask, readout, with_alpha=False)[0]
 
 
 def draft_loss_and_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor,
@@ -56,8 +71,8 @@ def draft_loss_and_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: 
                                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(`draft_loss_from_hidden`, `acceptance_alpha_from_hidden` detached [M, γ]) from the same chunks' logits: what
     a training step optimises and logs, for one trip of the rows through the LM head instead of two."""
-    return _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective, labels, mask, temperature,
-                             chunk_rows, draft_ids, target_lse, with_alpha=True)
+    readout = Readout(lm_head_weight, temperature, chunk_rows, draft_ids, target_lse)
+    return _loss_from_hidden(draft_hidden, target_hidden, objective, labels, mask, readout, with_alpha=True)
 
 
 def acceptance_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor,
@@ -67,33 +82,31 @@ def acceptance_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torc
                                  ) -> torch.Tensor:
     """The RS acceptance α = Σ min(p, q) of each valid (anchor, step), chunked like `draft_loss_from_hidden`:
     float32 [M, γ] (anchors in row-major order of the mask). With `draft_ids`, q lives on S and α ≤ p(S)."""
+    readout = Readout(lm_head_weight, temperature, chunk_rows, draft_ids, target_lse)
     draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
-    lse_rows = _lse_rows(target_lse, target_rows, lm_head_weight, mask, draft_hidden.shape[:3], temperature,
-                         chunk_rows, draft_ids)
-    alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, lm_head_weight, None, temperature, chunk_rows,
-                                    draft_ids, lse_rows)
+    lse_rows = _lse_rows(readout, target_rows, mask, draft_hidden.shape[:3])
+    alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, None, readout, lse_rows)
     return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
 
 
-def _loss_from_hidden(draft_hidden, target_hidden, lm_head_weight, objective: str, labels, mask, temperature: float,
-                      chunk_rows, draft_ids, target_lse, *, with_alpha: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _loss_from_hidden(draft_hidden, target_hidden, objective: str, labels, mask, readout: Readout, *,
+                      with_alpha: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The loss [] and, `with_alpha`, α [M, γ] (detached) of the public functions above."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
-    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
-    lse_rows = _lse_rows(target_lse, target_rows, lm_head_weight, mask, draft_hidden.shape[:3], temperature,
-                         chunk_rows, draft_ids)
+    weight, draft_ids = readout.weight, readout.draft_ids
+    draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, weight, mask)  # [M·γ, d]
+    lse_rows = _lse_rows(readout, target_rows, mask, draft_hidden.shape[:3])
     label_rows = None
     if objective == "ce":
-        logits_shape = torch.Size((*draft_hidden.shape[:3], lm_head_weight.shape[0]))
+        logits_shape = torch.Size((*draft_hidden.shape[:3], weight.shape[0]))
         label_rows = check_labels(labels, logits_shape, mask)[mask].reshape(-1)  # [M·γ] target ids
         if draft_ids is not None:  # ids -> indices into S, -1 outside
-            index = torch.full((lm_head_weight.shape[0],), -1, dtype=torch.long, device=label_rows.device)
+            index = torch.full((weight.shape[0],), -1, dtype=torch.long, device=label_rows.device)
             label_rows = index.index_copy_(0, draft_ids, torch.arange(draft_ids.numel(), device=index.device))[
                 label_rows]
-    values, alpha = _chunked_step_values(objective, draft_rows, target_rows, lm_head_weight, label_rows, temperature,
-                                         chunk_rows, draft_ids, lse_rows, with_alpha=with_alpha)  # [M·γ] each
+    values, alpha = _chunked_step_values(objective, draft_rows, target_rows, label_rows, readout, lse_rows,
+                                         with_alpha=with_alpha)  # [M·γ] each
     depth = draft_hidden.shape[2]
     # A mean over anchors (with "ce" on S, a data token outside S adds 0): a sum over rows split anywhere, so
     # micro-batches and ranks weighted by their anchors add up to the whole batch's loss.
@@ -122,38 +135,37 @@ def _hidden_rows(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_hea
     return draft_hidden[mask].reshape(-1, dim), target_hidden.detach()[mask].reshape(-1, dim), mask
 
 
-def _lse_rows(target_lse: torch.Tensor | None, target_rows: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor,
-              shape: torch.Size, temperature: float, chunk_rows: int | None, draft_ids: torch.Tensor | None
+def _lse_rows(readout: Readout, target_rows: torch.Tensor, mask: torch.Tensor, shape: torch.Size
               ) -> torch.Tensor | None:
-    """The target's log-normaliser per valid row [M·γ] for a draft vocabulary (None without one): `target_lse`
-    [B, T, γ] at the valid anchors, else computed from the whole LM head (no graph)."""
-    if draft_ids is None:
-        if target_lse is not None:
+    """The target's log-normaliser per valid row [M·γ] for a draft vocabulary (None without one): the readout's
+    `target_lse` [B, T, γ] at the valid anchors, else computed from the whole LM head (no graph)."""
+    if readout.draft_ids is None:
+        if readout.target_lse is not None:
             raise ValueError("target_lse is for a draft vocabulary: pass draft_ids with it")
         return None
-    check_ids(draft_ids, weight.shape[0])
-    if target_lse is None:
+    check_ids(readout.draft_ids, readout.weight.shape[0])
+    if readout.target_lse is None:
         with torch.no_grad():
-            return log_normaliser(target_rows, weight.detach(), temperature, chunk_rows=chunk_rows)
-    if target_lse.shape != shape:
-        raise ValueError(f"target_lse must be [B, T, γ] = {tuple(shape)}, got {tuple(target_lse.shape)}")
-    return target_lse.detach()[mask].reshape(-1).float()
+            return log_normaliser(target_rows, readout.weight.detach(), readout.temperature,
+                                  chunk_rows=readout.chunk_rows)
+    if readout.target_lse.shape != shape:
+        raise ValueError(f"target_lse must be [B, T, γ] = {tuple(shape)}, got {tuple(readout.target_lse.shape)}")
+    return readout.target_lse.detach()[mask].reshape(-1).float()
 
 
 def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: torch.Tensor,
-                         lm_head_weight: torch.Tensor, label_rows: torch.Tensor | None, temperature: float,
-                         chunk_rows: int | None, draft_ids: torch.Tensor | None = None,
-                         lse_rows: torch.Tensor | None = None, *, with_alpha: bool = False
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The step values of the rows (`step_values`, or `step_values_on_vocab` with a draft vocabulary), `chunk_rows`
+                         label_rows: torch.Tensor | None, readout: Readout, lse_rows: torch.Tensor | None, *,
+                         with_alpha: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The step values of the rows (`step_values`, or `step_values_on_vocab` with a draft vocabulary), a chunk of
     rows at a time: rows [N, d] x2, labels [N] -> [N]; and, `with_alpha`, each row's acceptance α [N] (detached)
     from the same logits (else None)."""
+    temperature, chunk_rows = readout.temperature, readout.chunk_rows
     check_temperature(temperature)
     if chunk_rows is not None and not (isinstance(chunk_rows, int) and chunk_rows >= 1):
         raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
-    weight = lm_head_weight.detach()  # [V, d]
-    if draft_ids is not None:
-        weight = weight[draft_ids]  # [K, d]: W_S, gathered once for every chunk
+    weight = readout.weight.detach()  # [V, d]
+    if readout.draft_ids is not None:
+        weight = weight[readout.draft_ids]  # [K, d]: W_S, gathered once for every chunk
     rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
     values, alphas = [], []
     for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):

@@ -276,7 +276,7 @@ def pool(records: Iterable[Mapping]) -> dict[str, float | int | str]:
 def positions(counters: Mapping) -> list[tuple[float, float]]:
     """(reached, accepted) drafts per draft position [γ] (NaN accepted where a position has no count). A draft reaches
     position i + 1 exactly when it accepted i; steps of different depths (gamma="auto") store the reached counts, as
-    not every draft that accepted i - 1 drafted i there (`bebop.engine.depth_counters.pool_depths`)."""
+    not every draft that accepted i - 1 drafted i there (`bebop.engine.rollout.pool_depths`)."""
     out, reached = [], float(counters["spec/num_drafts"])
     for i in range(int(counters["spec/gamma"])):
         accepted = float(counters.get(f"spec/num_accepted_tokens_per_pos/{i}", math.nan))
@@ -320,14 +320,6 @@ def binned_acceptance(counters: Mapping) -> tuple[Tensor, Tensor, Tensor]:
     rows = [(h / n, a / n, n) for _, n, a, h in _bins(counters) if n > 0]
     table = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)  # [bins, 3]
     return table[:, 0], table[:, 1], table[:, 2]
-
-
-# ---- Entropy -------------------------------------------------------------------------------------------
-def entropy(probs: Tensor, dim: int = -1) -> Tensor:
-    """H(p) = -Σ p log p in nats along `dim`, with 0·log 0 = 0 (one-hot rows give exactly 0)."""
-    if not probs.is_floating_point():
-        raise ValueError(f"probs must be a floating tensor, got {probs.dtype}")
-    return -torch.special.xlogy(probs, probs).sum(dim)
 
 
 # ---- RS vs TO, and the speedup bound -------------------------------------------------------------------

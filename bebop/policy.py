@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from bebop.data.tokenizer import Tokenizer
-    from bebop.default import Default
+    from bebop.default import PolicyBundle
     from bebop.models.mtp import MTPHead
     from bebop.models.transformer import Transformer
 
@@ -87,15 +87,15 @@ def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dt
 
 
 def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | None = None, *,
-                      dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Default:
+                      dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> PolicyBundle:
     """The policy with the heads `specs` name, labelled as `resolve_heads` labels them, on `device` (None: the CPU).
     `specs` None: every head saved beside the policy (POLICY/heads, read after a named policy is converted)."""
-    from bebop.default import Default, shipped_heads
+    from bebop.default import PolicyBundle, shipped_heads
 
     model, tokenizer, root, stored = _load(policy, dtype)
     heads = resolve_heads(shipped_heads(root) if specs is None else specs, model, root=root, stored=stored, dtype=dtype)
-    return Default(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
-                   path=root)
+    return PolicyBundle(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
+                        path=root)
 
 
 def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None

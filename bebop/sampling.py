@@ -21,6 +21,8 @@ policy's distribution" in the code base.
   most likely token always survives.
 Masked tokens get log-probability -inf and probability exactly 0.
 
+`entropy` is H(p) of such a distribution, what the engine records per token and RL logs.
+
 `sample` draws one token per distribution by inverting the CDF with one float64 uniform per row: one
 cumulative sum and one binary search, with no Python loop and no host sync. It is about 4x cheaper on CPU
 than the exponential race (argmax p/E) because it needs one random number per row instead of one per token.
@@ -106,6 +108,13 @@ def probs_from_logits(
     Apply it with the same arguments to the target and the draft logits (PAPER §2).
     """
     return scaled_logits(logits, temperature, top_k, top_p, vocab_limit).softmax(-1)
+
+
+def entropy(probs: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """H(p) = -Σ p log p in nats along `dim`, with 0·log 0 = 0 (one-hot rows give exactly 0)."""
+    if not probs.is_floating_point():
+        raise ValueError(f"probs must be a floating tensor, got {probs.dtype}")
+    return -torch.special.xlogy(probs, probs).sum(dim)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,

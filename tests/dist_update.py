@@ -23,7 +23,7 @@ from bebop.engine.stops import Stop
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.rl import RLConfig, Trainer
+from bebop.rl import RLConfig, build_trainer
 from bebop.rl.batch import RolloutBatch, align
 from bebop.rl.parallel import rank_block
 
@@ -76,7 +76,7 @@ def update(run_dir: str, mtp: str = "frozen") -> dict:
     """This process's update on its block of the global batch; the whole results on every rank."""
     model, head, tok = model_and_tokenizer()
     config = CONFIG if mtp == "frozen" else CONFIG.replace(rollout="rs", mtp=mtp, mtp_lr=1e-2, mtp_grad_clip=0.05)
-    trainer = Trainer(config, model, tok, head=head if config.uses_head else None, run_dir=run_dir, task=Toy())
+    trainer = build_trainer(config, model, tok, head=head if config.uses_head else None, run_dir=run_dir, task=Toy())
     rows = rank_block(list(range(len(COMPLETION_LENGTHS))), distributed.rank(), distributed.world())
     metrics = trainer.update(batch_of(rows)).metrics
     names = [n for n, _ in trainer.policy.named_parameters()]

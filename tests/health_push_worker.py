@@ -21,20 +21,22 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
     from test_draft_health import randomised  # this script's directory, tests/, is first on sys.path
 
     from bebop.default import load_default
-    from bebop.rl import RLConfig, Trainer
-    from bebop.tasks import build_tasks
-
-    class CorruptPush(Trainer):
-        def _refresh_snapshot(self) -> None:  # sync mode: after each update (and once at the start)
-            super()._refresh_snapshot()
-            if self.version == at + 1:
-                self.engine.push_weights(self.policy, randomised(copy.deepcopy(self.head)))
+    from bebop.rl import RLConfig, build_trainer
+    from bebop.tasks import get
 
     default = load_default(dtype=torch.float32)
     config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 3, prompts_per_step=4,
                            group_size=4, max_new_tokens=32, checkpoint_every=0)
-    trainer = CorruptPush(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
-                          task=build_tasks(["math"])["math"])
+    trainer = build_trainer(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
+                            task=get("math"))
+    refresh = trainer._refresh_snapshot
+
+    def corrupt_push() -> None:  # sync mode: after each update
+        refresh()
+        if trainer.version == at + 1:
+            trainer.rollouts.backend.push_weights(trainer.policy, randomised(copy.deepcopy(trainer.head)))
+
+    trainer._refresh_snapshot = corrupt_push
     return [{k: v for k, v in r.items() if k.startswith("draft_health/")} for r in trainer.run()]
 
 

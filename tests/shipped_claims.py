@@ -15,7 +15,7 @@ import torch
 from claim_stats import K, jackknife_se
 
 import bebop.heads.evaluate as evaluate
-from bebop.completions import Completion
+from bebop.play import Completion
 from bebop.heads.evaluate import EvalMTPConfig, fit_slopes, token_records
 from bebop.metrics import fit_entropy_law
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
-from bebop.commands.prompt_args import add_prompt_args, resolve
+from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
-from bebop.prompting import PromptFormat, prompt_format, prompt_ids
-from bebop.rl.batch import collect
+from bebop.data.prompts import PromptFormat, PromptOptions, job_prompt_format, prompt_format, prompt_ids
+from bebop.rl.batch import Rollouts
 
 IM_START = "<|im_start|>"
 
@@ -33,6 +33,11 @@ def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_prompt_args(parser)
     return parser.parse_args(list(argv))
+
+
+def resolve(args: argparse.Namespace, tokenizer) -> PromptFormat:
+    """The prompt format the parsed flags ask for, as a job resolves its config's fields once the tokenizer loads."""
+    return job_prompt_format(PromptOptions(**prompt_fields(args)), tokenizer)
 
 
 def test_modes(tok, plain_tok):
@@ -76,8 +81,8 @@ def test_a_math_answer_ending_in_im_end_is_scored(tok, right):
     answer = examples[0].answer if right else examples[0].answer + 1
     ids = tok.encode(f"answer: {answer}")
     model, head = steered_pair(tok.vocab_size, chain(start, ids, tok.eos_id))
-    batch = collect(Engine(model, head), task, tok, examples[:1] * 2,
-                    GenerationConfig(max_new_tokens=12, gamma=2, seed=0), pad_id=tok.pad_id, prompt_format=fmt)
+    batch = Rollouts(Engine(model, head), task, tok, fmt).collect(examples[:1] * 2,
+                                                                  GenerationConfig(max_new_tokens=12, gamma=2, seed=0))
     assert batch.prompts[0] == prompts[0]
     assert batch.rollout.tokens[0] == ids + [tok.eos_id]  # the engine stopped on <|im_end|>, kept in the tokens
     assert batch.completions[0] == f"answer: {answer}"  # ... and the reward read the text without it

@@ -14,7 +14,7 @@ from bebop.data.tokenizer import CharTokenizer
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.rl import RLConfig, Trainer
+from bebop.rl import RLConfig, build_trainer
 from bebop.runlog import load_run
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -52,8 +52,8 @@ def test_the_update_on_cuda_equals_the_update_on_the_cpu(tmp_path):
     results = {}
     for device in ("cpu", "cuda"):
         rl = RLConfig.tiny(rollout="rs", mtp="online-tv", device=device, gen_dtype="fp32")
-        trainer = Trainer(rl, copy.deepcopy(model), tok, head=copy.deepcopy(head), run_dir=tmp_path / device,
-                          task=Digits())
+        trainer = build_trainer(rl, copy.deepcopy(model), tok, head=copy.deepcopy(head), run_dir=tmp_path / device,
+                                task=Digits())
         assert trainer.policy.lm_head.weight.device.type == device
         batch = results["batch"] if "batch" in results else trainer._generate(0, 0)
         results.setdefault("batch", batch)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bebop import tasks
-from bebop.data.tasks import DatasetConfig, DatasetTask, build_tasks, check_task_names
+from bebop.data.tasks import DatasetConfig, DatasetTask, check_task_names
 from bebop.data.tasks.answers import final_answer, gold_answer, math_reward, math_rewards
 from bebop.rl.config import RLConfig
 
@@ -145,18 +145,18 @@ def test_misuse_is_one_clear_line(tmp_path, sources):
 def test_task_names_are_checked_without_reading_and_built_once(sources, tmp_path):
     missing = "jsonl:" + str(tmp_path / "missing.jsonl")
     assert check_task_names(["math", sources["jsonl"], missing]) == ("math", sources["jsonl"], missing)  # no read
-    built = build_tasks(["math", sources["jsonl"], sources["disk"]])
-    assert list(built) == ["math", sources["jsonl"], sources["disk"]]
+    # A job gets each task it names with its dataset columns; a built-in keeps its own default config.
+    columns = DatasetConfig(prompt_key="question")
+    built = {name: tasks.get(name, columns) for name in ["math", sources["jsonl"], sources["disk"]]}
     assert len(built[sources["jsonl"]]) == len(ROWS) and built["math"].name == "math"
     with pytest.raises(ValueError, match="no prompt column 'problem'"):
-        build_tasks(["math", sources["parquet"]], DatasetConfig(prompt_key="problem"))
+        tasks.get(sources["parquet"], DatasetConfig(prompt_key="problem"))
     with pytest.raises(ValueError, match="no such file"):
-        build_tasks([missing])
-    for check in (check_task_names, build_tasks):
-        with pytest.raises(ValueError, match="unknown task"):
-            check(["math", "chess"])
-        with pytest.raises(ValueError, match="no task given"):
-            check([])
+        tasks.get(missing)
+    with pytest.raises(ValueError, match="unknown task"):
+        check_task_names(["math", "chess"])
+    with pytest.raises(ValueError, match="no task given"):
+        check_task_names([])
     assert RLConfig(task=sources["jsonl"]).task == sources["jsonl"] and RLConfig(task=sources["disk"]).task
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         RLConfig(task="chess")

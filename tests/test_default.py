@@ -12,7 +12,7 @@ from claim_stats import K, jackknife_se
 from safetensors.torch import load_file
 
 import bebop
-from bebop.completions import complete
+from bebop.play import complete
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.default import DEFAULT_DIR, REQUIRED_HEADS, load_default

@@ -54,7 +54,7 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
         assert list(run.streams["train"]["step"]) == [0, 1, 2]
         spec = "spec/accept_length" in run.streams["train"].columns
         assert spec == info.path.name.endswith("mtp-rs-e2e_tv")
-        assert run.meta["config"]["rollout"] == ("rs" if spec else "none")
+        assert run.meta["config"]["method"] == ("rs" if spec else "none")
         assert run.meta["config"]["prompts_per_step"] == (2 if info.path.name.startswith("rows4") else 1)
         if spec:  # gamma="auto": every engine step's depth counted
             train = run.streams["train"]

@@ -20,7 +20,7 @@ from bebop.heads.step import evaluate, lm_head_weight, new_head, train_step
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.rl import RLConfig, Trainer
+from bebop.rl import RLConfig, build_trainer
 
 FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.tensor, torch.rand, torch.randn,
              torch.randint, torch.eye, torch.linspace}
@@ -68,7 +68,7 @@ def test_the_mode_sees_a_factory_call_without_a_device():
 def test_the_grpo_update_creates_every_tensor_on_the_models_device(tiny, tmp_path, mtp, kl):
     tok, model, head = tiny
     config = RLConfig.tiny(rollout="rs", mtp=mtp, kl_coef=kl, micro_batch_tokens=16)
-    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "run", task=Digits())
+    trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "run", task=Digits())
     batch = trainer._generate(0, 0)
     with DefaultDeviceFactories() as mode:
         trainer.update(batch)

@@ -10,7 +10,7 @@ from bebop.metrics import SpecCounters
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.rl import RLConfig, Trainer
+from bebop.rl import RLConfig, Trainer, build_trainer
 from bebop.rl.draft_health import DraftHealth, HealthConfig
 
 
@@ -102,18 +102,23 @@ def randomised(head: torch.nn.Module) -> torch.nn.Module:
     return head
 
 
-class _CorruptingTrainer(Trainer):
-    """Randomises the draft the engine runs (the rollout backend's snapshot of the head) in the update of step `at`:
-    the rollouts of the steps after it draft with the corrupted head, as after a weight sync gone wrong."""
+CORRUPT_AT = 4  # the step whose update corrupts the draft
 
-    at = 4
 
-    def update(self, batch):
-        result = super().update(batch)
-        self.updates = getattr(self, "updates", 0) + 1
-        if self.updates == self.at + 1:
-            randomised(self.engine.head)
+def corrupting(trainer: Trainer, at: int = CORRUPT_AT) -> Trainer:
+    """`trainer` with the draft its engine runs (the rollout backend's snapshot of the head) randomised in the update
+    of step `at`: the rollouts of the steps after it draft with the corrupted head, as after a weight sync gone wrong."""
+    update, updates = trainer.update, []
+
+    def corrupt_after(batch):
+        result = update(batch)
+        updates.append(1)
+        if len(updates) == at + 1:
+            randomised(trainer.rollouts.backend.head)
         return result
+
+    trainer.update = corrupt_after
+    return trainer
 
 
 def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before(tmp_path):
@@ -124,12 +129,12 @@ def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before
     config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
     model, head = Transformer(config), MTPHead(config)
     rl = RLConfig.tiny(steps=10, prompts_per_step=4, group_size=4, max_new_tokens=24, mode="sync", lr=1e-3)
-    records = _CorruptingTrainer(rl, model, tok, head=head, run_dir=tmp_path / "run", task=Digits()).run()
+    records = corrupting(build_trainer(rl, model, tok, head=head, run_dir=tmp_path / "run", task=Digits())).run()
     fitted = HealthConfig().fit_steps
     alarms = [r.get("draft_health/alarm") for r in records]
     assert alarms[:fitted] == [None] * fitted  # the law is being fitted
-    assert alarms[fitted:_CorruptingTrainer.at + 1] == [0.0] * (_CorruptingTrainer.at + 1 - fitted), alarms
-    assert all(a == 1.0 for a in alarms[_CorruptingTrainer.at + 1:]), alarms
-    after = records[_CorruptingTrainer.at + 1]
+    assert alarms[fitted:CORRUPT_AT + 1] == [0.0] * (CORRUPT_AT + 1 - fitted), alarms
+    assert all(a == 1.0 for a in alarms[CORRUPT_AT + 1:]), alarms
+    after = records[CORRUPT_AT + 1]
     assert "mismatch term" in after["draft_health/warning"]
-    assert after["draft_health/measured"] < records[_CorruptingTrainer.at]["draft_health/measured"] - 0.3
+    assert after["draft_health/measured"] < records[CORRUPT_AT]["draft_health/measured"] - 0.3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from dataclasses import replace
 
@@ -380,7 +379,7 @@ class _Scripted(DepthController):
 
     def decide(self, rows: int) -> Choice:
         gamma = self.rule(self.history)
-        return Choice(gamma, rows, rows, self.expected_accepted(gamma), math.nan, False)
+        return Choice(gamma, rows, rows, self.expected_accepted(gamma), None, False)
 
     def observe(self, rows, gamma, seconds, num_accepted, switch_s=0.0) -> None:
         super().observe(rows, gamma, seconds, num_accepted, switch_s)
@@ -448,9 +447,9 @@ def _head_state_after_plain_steps(model, head, prompts, steps: int, every_step: 
         assert len(batch.head_lag) == (1 if every_step else k + 1)  # the step left the head's cache where it was
         assert batch.draft_cache.lengths.equal(start + (k if every_step else 0))
         if every_step:
-            engine._catch_up_head(batch)
+            engine.head_cache.catch_up(batch)
     if batch.head_lag:
-        engine._catch_up_head(batch)
+        engine.head_cache.catch_up(batch)
     return out.tokens, batch
 
 

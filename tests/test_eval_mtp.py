@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import bebop.commands.eval_mtp as eval_cmd
-from bebop.completions import Completion, complete
+from bebop.play import Completion, complete
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine

@@ -17,7 +17,6 @@ from bebop.metrics import (
     binned_acceptance,
     decompose_acceptance,
     derive,
-    entropy,
     expected_tokens_per_step,
     fit_entropy_law,
     pool,
@@ -174,21 +173,6 @@ def test_custom_bin_edges_and_edge_placement():
     c.update(torch.tensor([1, 0, 1]), torch.tensor([[0.5], [-1e-7], [7.0]]))
     assert c.bin_num_draft_tokens == [1, 2] and c.bin_num_accepted_tokens == [0, 2]
     assert len(ENTROPY_BIN_EDGES) - 1 == SpecCounters(gamma=1).num_bins
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Entropy
-# ---------------------------------------------------------------------------------------------------------
-def test_entropy_values():
-    assert entropy(torch.full((7,), 1 / 7)).item() == pytest.approx(math.log(7))
-    one_hot = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert entropy(one_hot).tolist() == [0.0, 0.0]
-    p = torch.tensor([0.5, 0.0, 0.25, 0.25])  # zeros contribute nothing
-    assert entropy(p).item() == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
-    probs = torch.softmax(torch.randn(2, 5, 9, generator=torch.Generator().manual_seed(1)), -1)
-    assert torch.allclose(entropy(probs.transpose(1, 2), dim=1), entropy(probs))  # [2, 5] either way
-    with pytest.raises(ValueError, match="probs"):
-        entropy(torch.tensor([1, 0]))
 
 
 # ---------------------------------------------------------------------------------------------------------

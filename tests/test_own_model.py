@@ -17,7 +17,7 @@ from bebop.data.tasks import dataset
 from bebop.data.tokenizer import load_tokenizer
 from bebop.engine import GenerationConfig
 from bebop.engine.stops import StopMatcher, text_before
-from bebop.prompting import for_task
+from bebop.play import for_task
 from bebop.runlog import list_runs, load_run
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bebop" / "assets" / "data" / "gsm8k_sample.jsonl"

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import bebop.commands.pretrain as pretrain_cmd
-from bebop.commands.pretrain import PretrainConfig, initial_model, lm_loss, lr_at, pretrain
+from bebop.pretrain import PretrainConfig, initial_model, lm_loss, lr_at, pretrain
 from bebop.data.batches import demo_batches, encode_demo, pad
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer

@@ -29,8 +29,8 @@ from bebop.files import checkpoint_path
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.rl import OnlineMTP, RLConfig, Trainer
-from bebop.rl.batch import align, collect, sample_examples
+from bebop.rl import OnlineMTP, RLConfig, build_trainer
+from bebop.rl.batch import Rollouts, align, sample_examples
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.shared_prompt import micro_batches, prompt_groups
 from bebop.rl.trainer import SILENT_GROUPS
@@ -71,7 +71,7 @@ def pair(tok):
 def train(pair, tok, tmp_path, name, **overrides):
     model, head = pair
     config = RLConfig.tiny(**{"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 16, **overrides})
-    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / name, task=Digits())
+    trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / name, task=Digits())
     return trainer, trainer.run()
 
 
@@ -178,7 +178,7 @@ def test_async_trains_on_one_step_stale_behaviour_logprobs_and_overlaps(pair, to
 
 def test_update_uses_the_batch_behaviour_logprobs(pair, tok, tmp_path):
     model, head = pair
-    trainer = Trainer(RLConfig.tiny(rollout="none", lr=0.0), model, tok, run_dir=tmp_path / "u", task=Digits())
+    trainer = build_trainer(RLConfig.tiny(rollout="none", lr=0.0), model, tok, run_dir=tmp_path / "u", task=Digits())
     batch = trainer._generate(0, 0)
     exact = trainer.update(batch).metrics["actor/ppo_kl"]
     batch.behaviour_logprobs = batch.behaviour_logprobs - 0.5 * batch.policy_mask
@@ -220,7 +220,7 @@ def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, b
     model, head = pair
     config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4, max_new_tokens=16,
                            lr=1e-2, micro_batch_tokens=budget, share_prompts=share, kl_coef=kl)
-    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "u", task=Ragged())
+    trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "u", task=Ragged())
     if kl:  # a reference away from the policy, so the KL term and its gradient are not zero
         with torch.no_grad():
             for p in trainer.reference.parameters():
@@ -250,7 +250,7 @@ def test_bf16_update_runs_under_autocast_with_an_online_head(pair, tok, tmp_path
     model, head = pair
     config = RLConfig.tiny(rollout="rs", mtp="online-ce", prompts_per_step=2, group_size=2, gen_dtype="bf16",
                            micro_batch_tokens=30)
-    trainer = Trainer(config, model, tok, head=head, run_dir=tmp_path / "b", task=Ragged())
+    trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "b", task=Ragged())
     record = trainer.update(trainer._generate(0, 0)).metrics
     assert record["mtp/online_update"] == 1 and math.isfinite(record["actor/loss"])
     trainer.writer.close()
@@ -311,11 +311,11 @@ def test_a_run_without_reward_signal_says_so_once(pair, tok, tmp_path):
     few = RLConfig.tiny(prompts_per_step=2, group_size=2, max_new_tokens=8, steps=2)  # 4 groups in all
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        records = Trainer(few, model, tok, head=head, run_dir=tmp_path / "few", task=Unsolvable()).run()
+        records = build_trainer(few, model, tok, head=head, run_dir=tmp_path / "few", task=Unsolvable()).run()
     assert [r["critic/groups_with_signal"] for r in records] == [0.0, 0.0]
     many = RLConfig.tiny(prompts_per_step=SILENT_GROUPS // 2, group_size=2, max_new_tokens=8, steps=3)
     with pytest.warns(UserWarning, match=f"none of the run's first {SILENT_GROUPS} groups") as caught:
-        Trainer(many, model, tok, head=head, run_dir=tmp_path / "many", task=Unsolvable()).run()
+        build_trainer(many, model, tok, head=head, run_dir=tmp_path / "many", task=Unsolvable()).run()
     assert sum("scored differently" in str(w.message) for w in caught) == 1  # once per run, not every step
 
 
@@ -349,7 +349,7 @@ def test_agent_rollouts_are_multi_turn_with_env_tokens_masked(pair, tok):
         forced.lm_head.weight.zero_()
         forced.lm_head.bias.copy_(bias)
     engine = Engine(forced.eval(), None)
-    batch = collect(engine, task, tok, examples, GenerationConfig(max_new_tokens=40, gamma=0, seed=0))
+    batch = Rollouts(engine, task, tok).collect(examples, GenerationConfig(max_new_tokens=40, gamma=0, seed=0))
     origins = batch.rollout.origin[0]
     assert "env" in origins and origins[0] == "plain"
     text = batch.completions[0]
@@ -366,7 +366,7 @@ import sys, torch
 from bebop.models.config import ModelConfig
 from bebop.models.transformer import Transformer
 from bebop.models.mtp import MTPHead
-from bebop.rl import RLConfig, Trainer
+from bebop.rl import RLConfig, build_trainer
 from bebop.data.tokenizer import CharTokenizer
 tok = CharTokenizer()
 torch.manual_seed(0)
@@ -374,7 +374,7 @@ config = ModelConfig.tiny(vocab_size=tok.vocab_size, **{model})
 model, head = Transformer(config), MTPHead(config)
 rl = RLConfig.tiny(steps=int(sys.argv[2]), prompts_per_step=4, group_size=4, max_new_tokens=24, lr=1e-2,
                    checkpoint_every=3, samples_per_step=2)
-Trainer(rl, model, tok, head=head, run_dir=sys.argv[1], task=Digits(), resume=sys.argv[3] == "resume").run()
+build_trainer(rl, model, tok, head=head, run_dir=sys.argv[1], task=Digits(), resume=sys.argv[3] == "resume").run()
 '''.replace("{model}", repr(MODEL))
 
 
@@ -417,6 +417,20 @@ def test_config_rejects_bad_names(field, value, match):
         RLConfig.tiny(rollout="none", mtp="online-tv")
 
 
+def test_the_rollout_method_keeps_its_earlier_name():
+    """RLConfig.method was RLConfig.rollout: the presets, replace() and a saved config (config.json, a checkpoint's)
+    still read the earlier name, and a run saved under it resumes."""
+    from bebop.rl.build import check_resumable
+
+    config = RLConfig.tiny(rollout="to")
+    assert config.method == "to" and config.replace(rollout="none").method == "none"
+    saved = {("rollout" if k == "method" else k): v for k, v in config.to_dict().items()}
+    assert "rollout" in saved and RLConfig.from_dict(saved) == config
+    check_resumable(saved, config.replace(steps=9))  # steps may change on resume; the renamed key is no change
+    with pytest.raises(ValueError, match="different config"):
+        check_resumable(saved, config.replace(method="rs"))
+
+
 def test_cli_rejects_bad_names_before_loading_a_model(tmp_path):
     import argparse
 
@@ -427,7 +441,7 @@ def test_cli_rejects_bad_names_before_loading_a_model(tmp_path):
         config_from_args(args)
     args = parser.parse_args(["--out", str(tmp_path / "x"), "--sync", "--rollout", "to", "--steps", "3"])
     config = config_from_args(args)
-    assert (config.mode, config.rollout, config.steps) == ("sync", "to", 3)
+    assert (config.mode, config.method, config.steps) == ("sync", "to", 3)
     assert config.micro_batch_tokens == RLConfig.micro_batch_tokens
     args = parser.parse_args(["--out", str(tmp_path / "x"), "--micro-batch-tokens", "0"])
     assert config_from_args(args).micro_batch_tokens == 0
@@ -440,9 +454,9 @@ def test_head_that_does_not_fit_the_policy_is_refused(pair, tok, tmp_path):
     for change in (dict(vocab_size=tok.vocab_size + 1), dict(hidden_size=96)):
         other = MTPHead(ModelConfig.tiny(**{**MODEL, "vocab_size": tok.vocab_size, **change}))
         with pytest.raises(ValueError, match="does not match the policy"):
-            Trainer(RLConfig.tiny(), model, tok, head=other, run_dir=tmp_path / "h", task=Digits())
+            build_trainer(RLConfig.tiny(), model, tok, head=other, run_dir=tmp_path / "h", task=Digits())
     with pytest.raises(ValueError, match="pass head="):
-        Trainer(RLConfig.tiny(rollout="rs"), model, tok, run_dir=tmp_path / "h", task=Digits())
+        build_trainer(RLConfig.tiny(rollout="rs"), model, tok, run_dir=tmp_path / "h", task=Digits())
     assert not (tmp_path / "h").exists()
 
 
@@ -451,9 +465,9 @@ def test_unwritable_run_dir_is_a_clear_error(pair, tok, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises((PermissionError, NotADirectoryError), match="run_dir"):
-        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=blocker / "run", task=Digits())
+        build_trainer(RLConfig.tiny(), model, tok, head=head, run_dir=blocker / "run", task=Digits())
     with pytest.raises(FileNotFoundError, match="cannot resume"):
-        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=tmp_path / "missing", task=Digits(), resume=True)
+        build_trainer(RLConfig.tiny(), model, tok, head=head, run_dir=tmp_path / "missing", task=Digits(), resume=True)
 
 
 def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pair, tok, tmp_path):
@@ -461,16 +475,17 @@ def test_existing_run_is_never_clobbered_and_corrupt_checkpoint_loses_nothing(pa
     run_dir = tmp_path / "done"
     model, head = pair
     with pytest.raises(FileExistsError):
-        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits())
+        build_trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits())
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "checkpoint.pt"}
     checkpoint_path(run_dir).write_bytes(b"PK\x03\x04 this is not a checkpoint")
     with pytest.raises(ValueError, match="corrupt"):
-        Trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
+        build_trainer(RLConfig.tiny(), model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "checkpoint.pt"} == before
     with pytest.raises(ValueError, match="different config"):
         checkpoint_path(run_dir).unlink()
         train(pair, tok, tmp_path, "other", steps=2)
-        Trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(), resume=True)
+        build_trainer(RLConfig.tiny(lr=0.5), model, tok, head=head, run_dir=tmp_path / "other", task=Digits(),
+                      resume=True)
 
 
 def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):
@@ -485,7 +500,7 @@ def test_checkpoint_for_other_parameters_is_a_clear_error(pair, tok, tmp_path):
     save_checkpoint(run_dir, {k: v for k, v in state.items() if k != "format"})
     model, head = pair
     with pytest.raises(ValueError, match=f"checkpoint in {run_dir} does not fit this model"):
-        Trainer(trainer.config, model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
+        build_trainer(trainer.config, model, tok, head=head, run_dir=run_dir, task=Digits(), resume=True)
 
 
 # ------------------------------------------------------------------------------------- CLI and bench

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from bebop.sampling import logprobs_from_logits, probs_from_logits, sample, scaled_logits
+from bebop.sampling import entropy, logprobs_from_logits, probs_from_logits, sample, scaled_logits
 
 NEG_INF = float("-inf")
 
@@ -289,13 +291,13 @@ def test_the_engine_never_samples_padding_ids_under_a_vocab_limit(padded_world, 
 def test_collect_masks_padding_and_the_rl_logprobs_match(padded_world):
     from bebop.data import tasks
     from bebop.engine import Engine, GenerationConfig
-    from bebop.rl.batch import collect
+    from bebop.rl.batch import Rollouts
     from bebop.rl.grpo import token_logprobs
 
     tok, model, head, _ = padded_world
     task = tasks.get("math")
-    batch = collect(Engine(model, head), task, tok, task.sample(3, seed=0),
-                    GenerationConfig(max_new_tokens=8, gamma=2, seed=0), pad_id=tok.pad_id)
+    batch = Rollouts(Engine(model, head), task, tok).collect(task.sample(3, seed=0),
+                                                             GenerationConfig(max_new_tokens=8, gamma=2, seed=0))
     assert all(t < tok.vocab_size for row in batch.rollout.tokens for t in row)
     pieces = [tok.token_str(t) for row in batch.rollout.tokens for t in row]  # the samples display's call
     assert len(pieces) == batch.rollout.num_tokens
@@ -315,17 +317,29 @@ def test_the_update_measures_entropy_over_the_real_ids(padded_world, tmp_path):
     import copy
 
     from bebop.data import tasks
-    from bebop.rl import RLConfig, Trainer
+    from bebop.rl import RLConfig, build_trainer
 
     tok, model, _, _ = padded_world
     # T = 10 flattens the steered model (about 5.6 nats), so the value is compared, not only its being a number.
-    trainer = Trainer(RLConfig.tiny(rollout="none", lr=0.0, temperature=10.0), copy.deepcopy(model), tok, run_dir=tmp_path / "u",
-                      task=tasks.get("math"))
+    trainer = build_trainer(RLConfig.tiny(rollout="none", lr=0.0, temperature=10.0), copy.deepcopy(model), tok,
+                            run_dir=tmp_path / "u", task=tasks.get("math"))
     assert trainer.vocab_limit == tok.vocab_size < model.config.vocab_size
     batch = trainer._generate(0, 0)
     measured = [h for row in batch.rollout.entropy for h in row]  # math is single-turn: every token is the policy's
-    trainer.engine.full_logprobs = False
+    trainer.rollouts.backend.full_logprobs = False
     updated = trainer.update(batch).metrics["actor/entropy"]
     trainer.writer.close()
     assert sum(measured) / len(measured) > 1.0
     assert updated == pytest.approx(sum(measured) / len(measured), abs=5e-2)
+
+
+def test_entropy_values():
+    assert entropy(torch.full((7,), 1 / 7)).item() == pytest.approx(math.log(7))
+    one_hot = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert entropy(one_hot).tolist() == [0.0, 0.0]
+    p = torch.tensor([0.5, 0.0, 0.25, 0.25])  # zeros contribute nothing
+    assert entropy(p).item() == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
+    probs = torch.softmax(torch.randn(2, 5, 9, generator=torch.Generator().manual_seed(1)), -1)
+    assert torch.allclose(entropy(probs.transpose(1, 2), dim=1), entropy(probs))  # [2, 5] either way
+    with pytest.raises(ValueError, match="probs"):
+        entropy(torch.tensor([1, 0]))

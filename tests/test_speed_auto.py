@@ -19,7 +19,7 @@ from bebop.models.config import ModelConfig  # noqa: E402
 from bebop.models.mtp import MTPHead  # noqa: E402
 from bebop.models.transformer import Transformer  # noqa: E402
 from bebop.plots import speed as speed_plots  # noqa: E402
-from bebop.rl import RLConfig  # noqa: E402
+from bebop.rl import RLConfig, build_trainer  # noqa: E402
 from bebop.runlog import load_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ class _Cycling(DepthController):
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    from test_draft_health import _CorruptingTrainer
+    from test_draft_health import corrupting
     from test_rl import MODEL, Digits
 
     root, tok = tmp_path_factory.mktemp("runs"), CharTokenizer()
@@ -48,7 +48,7 @@ def root(tmp_path_factory) -> Path:
                        gamma="auto", max_gamma=3)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generate, "DepthController", _Cycling)
-        _CorruptingTrainer(rl, model, tok, head=head, run_dir=root / "auto", task=Digits()).run()
+        corrupting(build_trainer(rl, model, tok, head=head, run_dir=root / "auto", task=Digits())).run()
     return root
 
 

@@ -16,11 +16,10 @@ from bebop.engine.step import (
     verify_rows,
     verify_uniforms,
 )
-from bebop.metrics import entropy
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.sampling import probs_from_logits
+from bebop.sampling import entropy, probs_from_logits
 
 ROWS, GAMMA = 3, 3
 

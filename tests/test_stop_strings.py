@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from real_tokenizer import chain, make_bpe_tokenizer, steered_pair
 
-from bebop.completions import complete
+from bebop.play import complete
 from bebop.data import tasks
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.engine import Engine, GenerationConfig
 from bebop.engine.rollout import RolloutBuilder
 from bebop.engine.stops import Stop, StopMatcher, find_stop, split_stops, text_before, text_through
-from bebop.rl.batch import collect
+from bebop.rl.batch import Rollouts
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,8 @@ def test_multi_token_call_triggers_the_env_and_rewards_see_no_stop(tok):
     assert reply[-1] == call[-1]  # both end in ">": after the reply the policy goes on to EOS
     model, head = steered_pair(tok.vocab_size, chain(start, call, tok.eos_id))
     for gamma in (0, 3):
-        batch = collect(Engine(model, head), task, tok, examples,
-                        GenerationConfig(max_new_tokens=30, gamma=gamma, method="to", seed=0), pad_id=tok.pad_id)
+        batch = Rollouts(Engine(model, head), task, tok).collect(
+            examples, GenerationConfig(max_new_tokens=30, gamma=gamma, method="to", seed=0))
         for row, origin, text in zip(batch.rollout.tokens, batch.rollout.origin, batch.completions):
             assert row == call + reply + [tok.eos_id]
             assert origin[len(call):len(call) + len(reply)] == ["env"] * len(reply)

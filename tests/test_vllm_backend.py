@@ -41,13 +41,13 @@ def trainer(tmp_path_factory):
     """A sync GRPO trainer on the embedded default whose rollouts come from vLLM (fp32, so greedy ties are rare)."""
     from bebop.default import load_default
     from bebop.rl.config import RLConfig
-    from bebop.rl.trainer import Trainer
+    from bebop.rl.build import build_trainer
 
     default = load_default()
     config = RLConfig.tiny(rollout="none", mode="sync", backend="vllm", steps=1, max_new_tokens=16, lr=3e-3,
                            prompts_per_step=2, group_size=4)
-    return Trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run",
-                   task=Digits())
+    return build_trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run",
+                         task=Digits())
 
 
 def _bebop(trainer) -> Engine:
@@ -56,7 +56,7 @@ def _bebop(trainer) -> Engine:
 
 
 def _prompts(trainer) -> list[list[int]]:
-    return [trainer.tokenizer.encode(t) for t in TEXTS]
+    return [trainer.rollouts.tokenizer.encode(t) for t in TEXTS]
 
 
 def _continuation_logprobs(model, prompt: list[int], continuation: list[int]) -> torch.Tensor:
@@ -77,13 +77,14 @@ def _vllm_continuation_logprobs(engine, prompt: list[int], continuation: list[in
 def test_greedy_output_equals_bebops(trainer):
     config = GenerationConfig(max_new_tokens=24, temperature=0.0, gamma=0)
     prompts = _prompts(trainer)
-    assert trainer.engine.generate(prompts, config).tokens == _bebop(trainer).generate(prompts, config).tokens
+    assert trainer.rollouts.backend.generate(prompts, config).tokens == _bebop(trainer).generate(prompts, config).tokens
 
 
 def test_logprobs_and_entropy_are_the_processed_targets(trainer):
     """At temperature 0.7 vLLM's log-probs and entropies are those of softmax(logits / 0.7), as bebop's are."""
     prompts, T = _prompts(trainer), 0.7
-    rollout = trainer.engine.generate(prompts, GenerationConfig(max_new_tokens=12, temperature=T, gamma=0, seed=3))
+    config = GenerationConfig(max_new_tokens=12, temperature=T, gamma=0, seed=3)
+    rollout = trainer.rollouts.backend.generate(prompts, config)
     assert rollout.stats["entropy_source"] == "vllm"
     model = trainer.policy.eval()
     for prompt, tokens, logprobs, entropy in zip(prompts, rollout.tokens, rollout.logprobs, rollout.entropy):
@@ -112,10 +113,10 @@ def _two_sample_pvalue(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_first_tokens_follow_bebops_law(trainer):
     """Plain sampling at temperature 1: the first two tokens from vLLM and from bebop's engine pass a two-sample
     chi-square test; the same vLLM counts against bebop's from another prompt fail it (the test has power)."""
-    n, vocab = 3000, trainer.engine.config.vocab_size
+    n, vocab = 3000, trainer.rollouts.backend.config.vocab_size
     prompt, other = _prompts(trainer)[2], _prompts(trainer)[4]
     config = GenerationConfig(max_new_tokens=2, temperature=1.0, gamma=0, seed=11)
-    served = _first_two(trainer.engine.generate([prompt] * n, config), vocab)
+    served = _first_two(trainer.rollouts.backend.generate([prompt] * n, config), vocab)
     bebop = _bebop(trainer)
     reference = _first_two(bebop.generate([prompt] * n, config), vocab)
     assert _two_sample_pvalue(served, reference) > 1e-3
@@ -126,7 +127,7 @@ def test_stop_tokens_and_env_rounds(trainer):
     """A stop token ends a row (kept, finish "stop"); an environment's reply is appended (origin "env") and the
     row continues in a later round from prompt + everything so far, within the token budget."""
     prompts = _prompts(trainer)[:4]
-    free = trainer.engine.generate(prompts, GenerationConfig(max_new_tokens=12, temperature=0.0, gamma=0))
+    free = trainer.rollouts.backend.generate(prompts, GenerationConfig(max_new_tokens=12, temperature=0.0, gamma=0))
     stop = free.tokens[0][3]  # the first row's 4th greedy token
     config = GenerationConfig(max_new_tokens=12, temperature=0.0, gamma=0, stop_tokens=(stop,))
     replies = {}
@@ -137,7 +138,7 @@ def test_stop_tokens_and_env_rounds(trainer):
         replies[row] = [1, 2]
         return [1, 2]
 
-    rollout = trainer.engine.generate(prompts, config, env=env)
+    rollout = trainer.rollouts.backend.generate(prompts, config, env=env)
     first = free.tokens[0].index(stop)
     assert rollout.tokens[0][:first + 3] == free.tokens[0][:first + 1] + [1, 2]
     assert rollout.origin[0][first + 1:first + 3] == ["env", "env"]
@@ -151,7 +152,7 @@ def test_stop_tokens_and_env_rounds(trainer):
 
 def test_speculative_rollouts_are_refused_without_the_head_plugin(trainer):
     with pytest.raises(ValueError, match="plugin"):
-        trainer.engine.generate([[1, 2]], GenerationConfig(max_new_tokens=4, gamma=2))
+        trainer.rollouts.backend.generate([[1, 2]], GenerationConfig(max_new_tokens=4, gamma=2))
 
 
 def test_grpo_update_is_pushed_into_vllm(trainer):
@@ -159,11 +160,11 @@ def test_grpo_update_is_pushed_into_vllm(trainer):
     longer the starting policy's): the weights really moved, without a checkpoint round trip."""
     prompt, continuation = _prompts(trainer)[0], _prompts(trainer)[5]
     start = copy.deepcopy(trainer.policy).eval()
-    before = _vllm_continuation_logprobs(trainer.engine, prompt, continuation)
+    before = _vllm_continuation_logprobs(trainer.rollouts.backend, prompt, continuation)
     torch.testing.assert_close(before, _continuation_logprobs(start, prompt, continuation), atol=5e-2, rtol=0)
     records = trainer.run()
     assert len(records) == 1 and trainer.version == 1
-    after = _vllm_continuation_logprobs(trainer.engine, prompt, continuation)
+    after = _vllm_continuation_logprobs(trainer.rollouts.backend, prompt, continuation)
     updated = _continuation_logprobs(trainer.policy.eval(), prompt, continuation)
     moved = (updated - _continuation_logprobs(start, prompt, continuation)).abs().max()
     assert moved > 0.2, f"the update barely moved the policy ({moved:.3f} nats): the check below would prove nothing"
@@ -175,7 +176,7 @@ def test_trainer_measures_entropy_when_vllm_cannot_give_it(trainer):
     update measures actor/entropy in its own forward: the same value vLLM's exact entropies give on the same batch."""
     exact = trainer._generate(7, trainer.version)
     policy = [h for row in exact.rollout.entropy for h in row]
-    trainer.engine.full_logprobs = False
+    trainer.rollouts.backend.full_logprobs = False
     try:
         blind = trainer._generate(7, trainer.version)
         assert blind.rollout.tokens == exact.rollout.tokens  # same seeds: only the log-prob request changed
@@ -183,5 +184,5 @@ def test_trainer_measures_entropy_when_vllm_cannot_give_it(trainer):
         assert all(h != h for row in blind.rollout.entropy for h in row)  # NaN
         measured = trainer.update(blind).metrics["actor/entropy"]
     finally:
-        trainer.engine.full_logprobs = True
+        trainer.rollouts.backend.full_logprobs = True
     assert measured == pytest.approx(sum(policy) / len(policy), abs=5e-2)

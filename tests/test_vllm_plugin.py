@@ -113,11 +113,11 @@ def run_engine(tmp_path: Path, name: str, job: dict) -> list[dict]:
 @pytest.fixture(scope="module")
 def eval_prompts():
     import bebop
-    from bebop.data.tasks import task_for
+    from bebop.data.prompts import prompt_ids
+    from bebop.data.tasks import get
     from bebop.heads.evaluate import EVAL_SEED
-    from bebop.prompting import prompt_ids
 
-    examples = task_for("math").sample(NUM_PROMPTS, seed=EVAL_SEED)  # eval-mtp's held-out prompts, seed 0
+    examples = get("math").sample(NUM_PROMPTS, seed=EVAL_SEED)  # eval-mtp's held-out prompts, seed 0
     return examples, prompt_ids(bebop.load_default().tokenizer, examples)
 
 

@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         records = []
         for rollout, head in (("none", None), ("rs", label)):
             run_dir = root / (f"rows{config.batch_size}-" + ("no-mtp" if rollout == "none" else f"mtp-rs-{label}"))
-            records.append(run_once(policy, config.replace(rollout=rollout), head, run_dir))
+            records.append(run_once(policy, config.replace(method=rollout), head, run_dir))
             dirs.append(run_dir)
         regimes.append(regime(*records, config.batch_size))
     print_summary(regimes, dirs, label, time.perf_counter() - started)

@@ -30,7 +30,8 @@ from rich.table import Table
 from bebop.commands.device_args import add_device_args
 from bebop.commands.eval_profiles import add_profile_argument, apply_profile
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.tasks import build_tasks
+from bebop.data.tasks import dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads.evaluate import (
     MIN_FIT_POINTS,
@@ -43,7 +44,6 @@ from bebop.heads.evaluate import (
 )
 from bebop.metrics import rate_difference_interval, rate_interval
 from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
-from bebop.prompting import dataset_config
 from bebop.runlog import RunWriter
 
 
@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
-    tasks = build_tasks(config.tasks, dataset_config(config))  # each dataset read once, before the policy loads
+    # Each dataset read once, before the policy loads.
+    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     torch.set_num_threads(config.threads)
     policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
     model, tokenizer = policy.model, policy.tokenizer

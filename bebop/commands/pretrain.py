@@ -1,210 +1,21 @@
-"""`bebop pretrain`: train the tiny Qwen3 policy on task demonstrations (the embedded default).
-
-No model hub is reachable, so bebop makes its own policy: a `ModelConfig.tiny` decoder over the
-character tokenizer, trained by next-token prediction on teacher demonstrations of all three tasks
-(`bebop.data.batches.demo_batches`). A fraction `error_rate` of demonstrations is wrong on purpose, so the policy
-makes mistakes that RL can fix; the varied phrasing of the demonstrations gives the policy real entropy in
-its reasoning. Periodic eval samples completions at T=1 on held-out prompts and logs the reward per task
-and the mean per-token entropy of the samples.
+"""`bebop pretrain`: train the tiny Qwen3 policy on task demonstrations (the embedded default; how:
+`bebop.pretrain`).
 
 The shipped policy in `bebop/assets/default/` was produced by the defaults (seed 0):
 
     bebop pretrain --out bebop/assets/default --run-dir runs/pretrain-default
-
-Training keeps float32 master weights under bf16 autocast where the CPU has native bf16, with one thread by
-default (two threads lost to one while other processes shared the cores); the checkpoint is saved in bf16. Loss
-covers prompt tokens too (`prompt_loss`): without it the policy learnt too little copying from the prompt. What these
-choices measured, and the heads made next: docs/default-model.md.
-
-Run directory (`bebop.runlog`, kind "pretrain"): `train` stream {step, loss, lr, tokens, elapsed_s},
-`eval` stream {step, reward/{task}, reward/mean, entropy/mean, response_length/mean}. The checkpoint
-(`--out`, Hugging Face layout + tokenizer files) is written atomically file by file at every eval.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from tqdm import tqdm
-
 from bebop.commands.device_args import add_device_args
-from bebop.completions import complete
-from bebop.data.batches import demo_batches
-from bebop.data.tasks import TASKS, check_task_names
-from bebop.data.tasks import get as get_task
-from bebop.data.tokenizer import CharTokenizer
-from bebop.device import check_device_name, resolve_device, resolve_dtype, to_device
-from bebop.engine import Engine
-from bebop.engine.rollout import GenerationConfig
-from bebop.models.checkpoint import load_pretrained, save_pretrained
-from bebop.models.config import ModelConfig
-from bebop.models.transformer import Transformer
-from bebop.runlog import RunWriter
-
-EVAL_SEED = 1_000_003  # held-out prompts: training draws seeds seed*1000 + chunk, far below this
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    tasks: tuple[str, ...] = ("math", "code", "agent")
-    steps: int = 1800
-    batch_size: int = 24
-    lr: float = 3e-3
-    min_lr: float = 2e-4  # cosine decay floor
-    warmup: int = 30
-    weight_decay: float = 0.05
-    grad_clip: float = 1.0
-    error_rate: float = 0.15  # fraction of deliberately wrong demonstrations
-    prompt_loss: bool = True  # train on prompt tokens too: their repeated names/numbers teach copying early
-    eval_every: int = 600
-    eval_prompts: int = 32  # held-out prompts per task
-    eval_max_new_tokens: int = 240
-    seed: int = 0
-    autocast: str = "auto"  # "auto" (bf16 where the CPU has it) | "bf16" | "fp32"
-    threads: int = 1  # torch threads; 1 is fastest when other processes share the cores
-    device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; the shipped default: the CPU
-    model: ModelConfig | None = field(default=None)  # None: ModelConfig.tiny for the tokenizer's vocab
-    init: str | None = None  # a policy checkpoint to continue from (fresh optimiser and schedule)
-
-    def __post_init__(self) -> None:
-        check_task_names(self.tasks)
-        taught = [n for n in self.tasks if n not in TASKS]
-        if taught:  # a dataset has answers but no teacher: pretraining writes demonstrations of built-ins only
-            raise ValueError(f"pretrain teaches the built-in tasks {sorted(TASKS)} only (they have teachers), "
-                             f"not {taught}")
-        for name in ("steps", "batch_size", "eval_every", "eval_prompts", "eval_max_new_tokens", "threads"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"PretrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
-        if not 0 < self.min_lr <= self.lr:
-            raise ValueError(f"need 0 < min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
-        if not 0 <= self.warmup < self.steps:
-            raise ValueError(f"warmup must be in [0, steps), got {self.warmup}")
-        if not 0.0 <= self.error_rate < 1.0:
-            raise ValueError(f"error_rate must be in [0, 1), got {self.error_rate}")
-        if self.autocast not in ("auto", "bf16", "fp32"):
-            raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
-        check_device_name(self.device)
-
-    @classmethod
-    def tiny(cls) -> "PretrainConfig":
-        model = ModelConfig.tiny(vocab_size=CharTokenizer().vocab_size, hidden_size=32, intermediate_size=64,
-                                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-        return cls(steps=4, batch_size=4, warmup=1, eval_every=2, eval_prompts=2, eval_max_new_tokens=24,
-                   model=model)
-
-
-def lr_at(step: int, config: PretrainConfig) -> float:
-    """Linear warmup to `lr`, then cosine decay to `min_lr` at the last step."""
-    if step < config.warmup:
-        return config.lr * (step + 1) / config.warmup
-    progress = (step - config.warmup) / max(1, config.steps - 1 - config.warmup)
-    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
-
-
-def lm_loss(model: Transformer, tokens: torch.Tensor, loss_mask: torch.Tensor, use_bf16: bool) -> torch.Tensor:
-    """Mean next-token cross-entropy over the masked targets: tokens, loss_mask [B, T] -> scalar."""
-    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=use_bf16):
-        logits, _ = model(tokens[:, :-1])  # [B, T-1, V]
-    targets, mask = tokens[:, 1:], loss_mask[:, 1:]  # [B, T-1]
-    per_token = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # [B, T-1]
-    return (per_token * mask).sum() / mask.sum().clamp(min=1)
-
-
-def train_step(model, optimizer, tokens, loss_mask, lr: float, config: PretrainConfig, use_bf16: bool) -> float:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    loss = lm_loss(model, tokens, loss_mask, use_bf16)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    optimizer.step()
-    return float(loss.detach())
-
-
-@torch.no_grad()
-def evaluate(model: Transformer, tokenizer: CharTokenizer, config: PretrainConfig) -> dict[str, float]:
-    """Reward of T=1 samples on held-out prompts per task, and the mean per-token entropy of those samples."""
-    model.eval()
-    engine, out = Engine(model), {}
-    entropies, lengths = [], []
-    for name in config.tasks:
-        task = get_task(name)
-        examples = task.sample(config.eval_prompts, seed=EVAL_SEED)
-        gen = GenerationConfig(max_new_tokens=config.eval_max_new_tokens, temperature=1.0, gamma=0,
-                               seed=config.seed)
-        completions, _ = complete(engine, tokenizer, task, examples, gen)
-        rewards = task.rewards(examples, [c.text for c in completions])
-        out[f"reward/{name}"] = sum(rewards) / len(rewards)
-        entropies += [h for c in completions for h in c.entropy]
-        lengths += [len(c.tokens) for c in completions]
-    model.train()
-    out["reward/mean"] = sum(out[f"reward/{n}"] for n in config.tasks) / len(config.tasks)
-    out["entropy/mean"] = sum(entropies) / max(1, len(entropies))
-    out["response_length/mean"] = sum(lengths) / max(1, len(lengths))
-    return out
-
-
-def save_policy(model: Transformer, tokenizer: CharTokenizer, out: Path) -> None:
-    """bf16 copy of the policy + tokenizer files, in the Hugging Face layout."""
-    copy = Transformer(model.config)
-    copy.load_state_dict(model.state_dict())
-    save_pretrained(copy.to(torch.bfloat16), out)
-    tokenizer.save(out)
-
-
-def initial_model(config: PretrainConfig, tokenizer: CharTokenizer) -> Transformer:
-    """A fresh policy (config.model or ModelConfig.tiny), or the fp32 weights of `config.init`."""
-    if config.init is not None:
-        model, _ = load_pretrained(config.init, dtype=torch.float32)
-    else:
-        model = Transformer(config.model or ModelConfig.tiny(vocab_size=tokenizer.vocab_size))
-    if model.config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(f"model vocab_size={model.config.vocab_size} != tokenizer vocab {tokenizer.vocab_size}")
-    return model.train()
-
-
-def pretrain(config: PretrainConfig, run_dir: Path, out: Path | None, *, progress: bool = True) -> Transformer:
-    """Train a policy from scratch; logs to `run_dir`, saves to `out` (if given) at every eval and at the end."""
-    torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)  # parameter init only; data and sampling use their own generators
-    tokenizer = CharTokenizer()
-    device = resolve_device(config.device)
-    model = initial_model(config, tokenizer).to(device)
-    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
-    batches = demo_batches(config.tasks, tokenizer, batch_size=config.batch_size,
-                           error_rate=config.error_rate, seed=config.seed, prompt_loss=config.prompt_loss)
-    writer = RunWriter(run_dir, config, kind="pretrain",
-                       meta_extra={"num_parameters": model.num_parameters(), "bf16_autocast": use_bf16})
-    with writer:
-        start, seen = time.perf_counter(), 0
-        bar = tqdm(range(config.steps), desc="pretrain", disable=not progress, dynamic_ncols=True)
-        for step in bar:
-            tokens, loss_mask = (to_device(t, device) for t in next(batches))
-            lr = lr_at(step, config)
-            loss = train_step(model, optimizer, tokens, loss_mask, lr, config, use_bf16)
-            seen += int(loss_mask.sum())
-            writer.log("train", {"step": step, "loss": loss, "lr": lr, "tokens": seen,
-                                 "elapsed_s": time.perf_counter() - start})
-            bar.set_postfix(loss=f"{loss:.3f}")
-            if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
-                metrics = evaluate(model, tokenizer, config)
-                writer.log("eval", {"step": step, **metrics})
-                writer.status(step=step, **metrics)
-                bar.write(f"step {step + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
-                if out is not None:
-                    save_policy(model, tokenizer, out)
-    return model.eval()
+from bebop.device import resolve_device
+from bebop.pretrain import PretrainConfig, pretrain
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -246,10 +57,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}" + (f"\ncheckpoint: {args.out}" if args.out else ""))
     return 0
 
-
-if __name__ == "__main__":
-    import sys
-
-    parser = argparse.ArgumentParser(prog="bebop pretrain", description=__doc__)
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))

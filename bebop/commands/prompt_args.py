@@ -6,24 +6,17 @@
 
     add_prompt_args(parser)                     # in a job's add_arguments
     fields = prompt_fields(args)                # the job config's prompt_key/answer_key/chat_template/system_prompt
-    fmt = resolve(args, tokenizer)              # after the tokenizer is loaded: a bebop.prompting.PromptFormat
 
-The job configs (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`) carry the four fields (checked by
-`bebop.data.prompt_options`), so a run's config.json records them and a resumed run reads its dataset and lays out
-its prompts as before. `resolve` raises ValueError (one line, exit 2 through the CLI) for `on` with a tokenizer
-without a template, and for a system prompt without a chat template.
+The job configs (`RLConfig`, `TrainMTPConfig`, `EvalMTPConfig`) carry the four fields, checked and resolved with a
+tokenizer by `bebop.data.prompts`, so a run's config.json records them and a resumed run reads its dataset and lays
+out its prompts as before.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
-from bebop.data.prompt_options import ANSWER_KEY, CHAT_MODES, PROMPT_KEY
-
-if TYPE_CHECKING:
-    from bebop.data.tokenizer import Tokenizer
-    from bebop.prompting import PromptFormat
+from bebop.data.prompts import ANSWER_KEY, CHAT_MODES, PROMPT_KEY
 
 
 def add_prompt_args(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +35,3 @@ def prompt_fields(args: argparse.Namespace) -> dict:
     """The job-config fields the flags set."""
     return {"prompt_key": args.prompt_key, "answer_key": args.answer_key, "chat_template": args.chat_template,
             "system_prompt": args.system_prompt}
-
-
-def resolve(args: argparse.Namespace, tokenizer: Tokenizer) -> PromptFormat:
-    """The prompt format the parsed flags ask for, with this tokenizer."""
-    from bebop.prompting import prompt_format
-
-    return prompt_format(args.chat_template, tokenizer, system=args.system_prompt)

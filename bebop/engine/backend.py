@@ -2,7 +2,7 @@
 (`bebop.engine.vllm.VLLMEngine`), behind one interface, so the trainer never asks which one it holds.
 
 A backend has
-    generate(prompts, config, *, env=None, decode=None)   the `Engine.generate` contract (bebop.prompting calls it)
+    generate(prompts, config, *, env=None, decode=None)   the `Engine.generate` contract (bebop.play calls it)
     config, full_logprobs                                 the served model's `ModelConfig`; whether rollouts carry
                                                           the policy's entropies
     push_weights(policy, head=None)                       after an update: the policy's weights (and a trained

@@ -28,7 +28,7 @@ class Batch:
     draft_logits: torch.Tensor | None = None  # [P, K] the head's step-1 logits for the next draft (K = V without S)
     draft_hidden: torch.Tensor | None = None  # [P, 1, d] the head's step-1 output hidden
     # gamma="auto": (target hidden [P, 1, d], emitted token [P, 1]) of each plain step since the head's cache was
-    # last caught up; the head's cache and draft_* are stale while this is not empty (Engine._catch_up_head)
+    # last caught up; the head's cache and draft_* are stale while this is not empty (HeadCache.catch_up)
     head_lag: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @property

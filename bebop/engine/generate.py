@@ -9,7 +9,7 @@ Per speculative step, for every active row at once:
   4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
   5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
               accepted tokens; the same forward yields the next step-1 draft. A plain step under gamma="auto"
-              leaves the head's cache behind, to catch up when a step drafts again (bebop.engine.head_feed): plain
+              leaves the head's cache behind, to catch up when a step drafts again (bebop.engine.head_cache): plain
               decoding then costs what it costs without a head, and the head stays ready for the tail
 
 The device work of 1, 2 and 5 is `bebop.engine.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
@@ -24,25 +24,33 @@ f(h_{L-1}, y_L). Stale cache slots past a row's length are overwritten later, ne
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from bebop.engine.batch import Batch, pad_feeds, rows_of, shared_runs
 from bebop.engine.buckets import Buckets, CachePool
-from bebop.engine.head_feed import HeadFeed
-from bebop.engine.depth import Choice, DepthConfig, DepthController
-from bebop.engine.depth_counters import depth_counters
+from bebop.engine.depth import Choice, Depth, DepthConfig, DepthController, FixedDepth
+from bebop.engine.head_cache import FeedRows, HeadCache
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
-from bebop.metrics import entropy
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
-from bebop.sampling import probs_from_logits, sample
+from bebop.sampling import entropy, probs_from_logits, sample
 
 
-class Engine(HeadFeed):
+@dataclass(frozen=True)
+class Stepped:
+    """What one decoding step tells the depth that chose it (`Depth.observe`) and the rollout's counters."""
+
+    seconds: float  # the step's seconds, before any env feed
+    switch_s: float  # of them, catching the head up after plain steps (a price of switching depth, not of γ)
+    num_accepted: list[int]  # per row that ran it
+
+
+class Engine:
     """Generation for a target `model` with an optional MTP draft head `mtp`.
 
     compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with its
@@ -96,10 +104,10 @@ class Engine(HeadFeed):
         # and compiles no slower (README, Benchmarks).
         options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
         wrap = (lambda fn: torch.compile(fn, dynamic=True, options=options)) if compile else (lambda fn: fn)
-        # The cached forwards (prefill, step costs), compiled or not: model.forward and mtp.forward_cached.
+        # The cached forwards (prefill, step costs), compiled or not: model.forward, and the head's in its cache.
         self.target_step = wrap(model.forward)
-        self.head_step = None if mtp is None else wrap(mtp.forward_cached)
-        self.head_keys_step = None if mtp is None else wrap(mtp.write_keys)
+        self.head_cache = None if mtp is None else HeadCache(model, mtp, wrap(mtp.forward_cached),
+                                                              wrap(mtp.write_keys), self.buckets)
         # A decoding step's device work (bebop.engine.step), each phase one graph when compiled.
         step_wrap = graphed if self.cudagraphs else wrap
         self.draft_step, self.verify_step, self.catch_up_step = (step_wrap(f) for f in (draft, verify_rows, catch_up))
@@ -127,34 +135,29 @@ class Engine(HeadFeed):
         # per depth γ, per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
         verdicts: dict[int, list[list[float]]] = {}
         timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
-        controller = self._controller(config) if config.auto else None
-        choices: list[tuple[Choice, float]] = []  # gamma="auto": each step's decision and measured seconds
+        depth = self.depth_for(config)
+        choices: list[tuple[Choice, float]] = []  # each step's decision and measured seconds
         out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode)
         start = time.perf_counter()
         with self.packed_weights():
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
-            steps = row_steps = 0
             while batch.rows:
-                steps += 1
-                row_steps += len(batch.rows)
-                if controller is None:
-                    self._step(batch, config.gamma, config, generator, out, verdicts, timing)
-                    continue
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
-                rows, choice = len(batch.rows), controller.decide(len(batch.rows))
-                seconds, switch_s, accepted = self._step(batch, choice.gamma, config, generator, out, verdicts,
-                                                         timing)
-                controller.observe(rows, choice.gamma, seconds, accepted, switch_s=switch_s)
-                choices.append((choice, seconds))
+                rows = len(batch.rows)
+                choice = depth.decide(rows)
+                step = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
+                depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
+                choices.append((choice, step.seconds))
         wall = time.perf_counter() - start
-        stats = decode_stats(out, verdicts, timing, wall, (steps, row_steps), config)
-        if controller is not None:
-            stats.update(depth_counters(choices, config.max_gamma))
-        return out.build(stats)
+        return out.build(decode_stats(out, verdicts, timing, wall, choices, config))
 
-    def _controller(self, config: GenerationConfig) -> DepthController:
+    def depth_for(self, config: GenerationConfig) -> Depth:
+        """What picks each step's depth in a call with `config`: its fixed γ, or under gamma="auto" the engine's
+        controller for (max_gamma, method), which learns across calls."""
+        if not config.auto:
+            return FixedDepth(config.gamma)
         if self._fixed_depth:
             if self.depth.max_gamma != config.max_gamma:
                 raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
@@ -198,7 +201,7 @@ class Engine(HeadFeed):
         run once and its K/V copied to the others (`shared_runs`); each row still draws its own next token.
         Returns [token, logprob, entropy] per feed."""
         if batch.head_lag:  # the feed writes the head's entries from `start` on: the ones before must be there
-            self._catch_up_head(batch)
+            self.head_cache.catch_up(batch)
         run, position = shared_runs(feeds)
         slots = [batch.slots[i] for i, _, _ in feeds]
         tokens, starts, last = pad_feeds([feeds[j] for j in run], self.device)  # [U, W], [U], [U]
@@ -228,9 +231,8 @@ class Engine(HeadFeed):
         token = sample(target_probs, generator)  # [F]: one draw per row, shared prompt or not
         index = upload(slots, self.device)  # [F]
         if batch.draft_cache is not None:
-            whole_feed = slots == list(range(batch.capacity))
-            self._feed_head(batch, (index, run_index, whole, whole_feed, copies), hidden, hidden_last, tokens, token,
-                            starts, last, kv_len)
+            rows = FeedRows(index, run_index, whole, slots == list(range(batch.capacity)), copies)
+            self.head_cache.feed(batch, rows, hidden, hidden_last, tokens, token, starts, last, kv_len)
         batch.pending[index] = token
         for (i, s, feed) in feeds:
             batch.lengths[i] = s + len(feed)
@@ -255,15 +257,13 @@ class Engine(HeadFeed):
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
     def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
-              timing) -> tuple[float, float, list[int]]:
-        """One decoding step at depth `gamma`. Returns its seconds (before any env feed), those of them spent
-        catching the head up after plain steps, and each row's accepted count: what the depth controller learns
-        from."""
+              timing) -> Stepped:
+        """One decoding step at depth `gamma`: what it took and what each row accepted."""
         sampling = config.sampling
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0, switch_s = time.perf_counter(), 0.0
         if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
-            self._catch_up_head(batch)
+            self.head_cache.catch_up(batch)
             switch_s = time.perf_counter() - t0
         uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
@@ -309,7 +309,7 @@ class Engine(HeadFeed):
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
-        return seconds, switch_s, [r.num_accepted for r in results]
+        return Stepped(seconds, switch_s, [r.num_accepted for r in results])
 
     def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:

@@ -12,13 +12,17 @@ what it was, so the texts an environment and a reward read are cut from that rec
 from __future__ import annotations
 
 import warnings
-
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from bebop.engine.depth_counters import pool_depths, spec_counts
+import torch
+
+from bebop.checks import check_choice, check_ints, check_number
+from bebop.engine.depth.choice import Choice
+from bebop.engine.depth.counters import depth_counters
 from bebop.engine.stops import Decode, Stop, StopMatcher
-from bebop.metrics import derive
+from bebop.metrics import SpecCounters, derive
 from bebop.verify import METHODS
 
 # Where each token of a completion came from. "plain": sampled straight from the target (plain decoding, and the
@@ -47,22 +51,13 @@ class GenerationConfig:
     max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
-        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 0):
-            raise ValueError(f"gamma must be an int >= 0 (0 = plain decoding) or 'auto', got {self.gamma!r}")
-        if isinstance(self.max_gamma, bool) or not isinstance(self.max_gamma, int) or self.max_gamma < 1:
-            raise ValueError(f"max_gamma must be an int >= 1, got {self.max_gamma!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.vocab_limit is not None and self.vocab_limit < 1:
-            raise ValueError(f"vocab_limit must be >= 1 or None, got {self.vocab_limit}")
+        check_ints(self, ("max_new_tokens", "max_gamma"), low=1)
+        check_ints(self, ("top_k", "vocab_limit"), low=1, also=(None,))
+        check_ints(self, ("gamma",), low=0, also=("auto",))  # 0 = plain decoding
+        check_number(self, "temperature", low=0)
+        if self.top_p is not None:
+            check_number(self, "top_p", low=0, high=1, open_low=True)
+        check_choice(self, "method", METHODS)
         if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
         object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
@@ -206,11 +201,12 @@ class RolloutBuilder:
         return Rollout(self.tokens, self.logprobs, self.entropy, self.origin, self.finish, self.stops, stats)
 
 
-def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float, steps: tuple[int, int],
+def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float, choices: list[tuple[Choice, float]],
                  config: GenerationConfig) -> dict:
     """A generate() call's stats: counts, wall time, the decode loop's counters and, where it drafted, the
-    verification counters (`SpecCounters`) of its verdicts {γ: [[num_accepted, H(p_1..p_γ)] per verified row]}."""
-    steps, row_steps = steps
+    verification counters (`SpecCounters`) of its verdicts {γ: [[num_accepted, H(p_1..p_γ)] per verified row]};
+    under gamma="auto" also the depth controller's decisions, from each step's (Choice, seconds)."""
+    steps, row_steps = len(choices), sum(choice.rows for choice, _ in choices)
     generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
     stats = {
         "num_prompts": len(out.tokens),
@@ -230,4 +226,42 @@ def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float,
         counts = pool_depths(counts) if config.auto else counts[0]
         stats.update(counts)
         stats.update(derive(counts))
+    if config.auto:
+        stats.update(depth_counters(choices, config.max_gamma))
     return stats
+
+
+def spec_counts(verdicts: list[list[float]], gamma: int, method: str) -> dict:
+    """`SpecCounters` of verify steps at depth γ from their rows' [num_accepted, H(p_1..p_γ)]."""
+    counters = SpecCounters(gamma=gamma, method=method)
+    if verdicts:
+        table = torch.tensor(verdicts, dtype=torch.float64)  # [N, 1+γ]
+        counters.update(table[:, 0].long(), table[:, 1:], validate=False)
+    return counters.to_dict()
+
+
+def pool_depths(counts: Sequence[Mapping]) -> dict[str, float | int | str]:
+    """Counters of verify steps at several depths (one `SpecCounters.to_dict()` per γ, one method) as one counter
+    dict at the deepest γ: sums, a position a depth never drafted counting 0, plus the drafts that reached each
+    position, `spec/num_reached_tokens_per_pos/{i}` (which `derive` then divides by: with mixed depths a draft that
+    accepted i-1 reached i only if its step drafted that deep)."""
+    if not counts:
+        raise ValueError("counts is empty: pass at least one SpecCounters.to_dict()")
+    methods = {str(c["spec/method"]) for c in counts}
+    if len(methods) > 1:
+        raise ValueError(f"cannot pool counters of different methods: {sorted(methods)}")
+    depth = max(int(c["spec/gamma"]) for c in counts)
+    out: dict[str, float | int | str] = {"spec/gamma": depth, "spec/method": methods.pop()}
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        out[f"spec/{key}"] = sum(c[f"spec/{key}"] for c in counts)
+    for i in range(depth):
+        out[f"spec/num_accepted_tokens_per_pos/{i}"] = sum(c.get(f"spec/num_accepted_tokens_per_pos/{i}", 0)
+                                                          for c in counts)
+        out[f"spec/num_reached_tokens_per_pos/{i}"] = sum(
+            (c["spec/num_drafts"] if i == 0 else c[f"spec/num_accepted_tokens_per_pos/{i - 1}"])
+            for c in counts if i < int(c["spec/gamma"]))
+    for c in counts:
+        for key, value in c.items():
+            if key.startswith("spec/by_entropy/"):
+                out[key] = out.get(key, 0) + value
+    return out

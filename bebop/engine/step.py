@@ -27,9 +27,8 @@ import torch
 from torch.fx.experimental import _config as fx_config
 from torch.utils._pytree import tree_map_only
 
-from bebop.metrics import entropy
 from bebop.models.kvcache import KVCache
-from bebop.sampling import probs_from_logits, sample
+from bebop.sampling import entropy, probs_from_logits, sample
 from bebop.verify import verify
 
 # (temperature, top_k, top_p, vocab_limit): GenerationConfig.sampling, the arguments of bebop.sampling.scaled_logits

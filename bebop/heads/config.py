@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bebop.data.prompt_options import PromptOptions, check_prompt_fields
+from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
 from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import torch
 
-from bebop.completions import complete
-from bebop.data.tasks import Task, build_tasks
+from bebop.data.prompts import job_prompt_format, prompt_ids
+from bebop.data.tasks import Task, dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.config import TrainMTPConfig
 from bebop.models.transformer import Transformer
-from bebop.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.play import complete
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
 # Prompts per engine call: a few dozen rows keep a CPU's step near its best tokens/s, and each call's padded batch
@@ -84,9 +85,9 @@ def load_corpus(cache: Path | None, model: Transformer, tokenizer, config: Train
     """The corpus for `config` on `model`: each task's answers read from `cache` when a run made them before, else
     generated (and written there, atomically); then shuffled together and cut to `config.num_sequences`.
     Returns {"tokens", "trainable", "key"}. `dtype`: what the policy samples in (as its rollouts do: bf16 where the
-    CPU or GPU has it; None: the model's own); `tasks`: config.tasks as the job built them (None: built here);
+    CPU or GPU has it; None: the model's own); `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here);
     `log` (a str callable) hears what is generated and what is read."""
-    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
+    tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     policy, dtype = fingerprint(model), dtype or model.lm_head.weight.dtype
     sampler = None
     tokens, trainable = [], []

@@ -37,10 +37,10 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from bebop.completions import Completion, complete
 from bebop.data.batches import pad
-from bebop.data.prompt_options import PromptOptions, check_prompt_fields
-from bebop.data.tasks import Task, build_tasks, check_task_names
+from bebop.data.prompts import PromptOptions, check_prompt_fields, job_prompt_format, prompt_ids
+from bebop.data.tasks import Task, check_task_names, dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.device import check_device_name
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
@@ -50,7 +50,7 @@ from bebop.losses_from_hidden import acceptance_alpha_from_hidden
 from bebop.metrics import derive, fit_entropy_law
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
-from bebop.prompting import dataset_config, job_prompt_format, prompt_ids
+from bebop.play import Completion, complete
 from bebop.runlog import RunWriter
 from bebop.runlog.setup import one_or_all, setup_keys
 from bebop.verify import METHODS
@@ -183,9 +183,9 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
 def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
           progress: bool = True, tasks: dict[str, Task] | None = None) -> list[dict]:
     """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream. `tasks`:
-    config.tasks as the job built them (`build_tasks`; None: built here)."""
+    config.tasks as the job got them (`bebop.data.tasks.get`; None: got here)."""
     rows, console = [], Console(stderr=True, quiet=not progress)
-    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
+    tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     for task_name in config.tasks:
         task = tasks[task_name]
         examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)

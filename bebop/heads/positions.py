@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from bebop.completions import complete
 from bebop.data.batches import pad
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.data import anchor_mask
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
-from bebop.prompting import PromptFormat, prompt_format, prompt_ids
+from bebop.data.prompts import PromptFormat, prompt_format, prompt_ids
+from bebop.play import complete
 from bebop.sampling import probs_from_logits
 
 

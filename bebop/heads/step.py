@@ -21,7 +21,7 @@ EVAL_GAMMA = 3
 def lm_head_weight(model: Transformer, use_bf16: bool, rows: int | None = None) -> torch.Tensor:
     """The frozen LM head [V, d] in the compute dtype, cast once per run (under autocast every matmul would
     cast the [V, d] weight again). `rows` keeps the tokenizer's ids only: padding rows are never sampled
-    (`bebop.prompting.vocab_limit`), so target and draft are the distributions over the rest."""
+    (`bebop.data.prompts.vocab_limit`), so target and draft are the distributions over the rest."""
     return model.lm_head.weight.detach()[:rows].to(torch.bfloat16 if use_bf16 else torch.float32)
 
 

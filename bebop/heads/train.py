@@ -33,13 +33,16 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from bebop import distributed
-from bebop.data.tasks import Task, build_tasks
+from bebop.data.prompts import vocab_limit
+from bebop.data.tasks import Task, dataset_config
+from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig
@@ -49,9 +52,9 @@ from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, trai
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.policy import load_policy
 from bebop.models.gguf import cache_root
-from bebop.prompting import dataset_config, stop_ids, vocab_limit
+from bebop.play import stop_ids
+from bebop.policy import load_policy
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
 from bebop.runlog.null import NullWriter
@@ -66,14 +69,14 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
               resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
     saves (bf16) to `out` when given. `data_path`: the corpus cache directory (default $BEBOP_CACHE/corpus).
-    `tasks`: config.tasks as the job built them (`build_tasks`; None: built here). Under torchrun
+    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). Under torchrun
     (bebop.distributed) each step's batch is split by rows over the ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
     model = model.float().to(device).eval().requires_grad_(False)
     checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
-    tasks = tasks if tasks is not None else build_tasks(config.tasks, dataset_config(config))
+    tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     names, main = one_or_all(config.tasks), distributed.is_main()
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
                        meta_extra={**setup_keys(task=names, rollout=None, mtp_objective=config.objective,
@@ -95,8 +98,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         if writer.last_step is not None and writer.last_step >= start:
             writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
         say(f"training the head ({len(train)} batches, {len(held)} held out)")
-        _loop(head, model, train, held, optimizer, generator, weight, range(start, config.steps), config, use_bf16,
-              writer, run_dir, progress and main)
+        _loop(Trainee(head, model, optimizer, generator, weight), train, held, range(start, config.steps), config,
+              use_bf16, writer, run_dir, progress and main)
         head.eval()
         if out is not None and main:
             save_head(bf16_copy(head, model), out)
@@ -133,8 +136,22 @@ def _teller(writer, progress: bool):
     return say
 
 
-def _loop(head, model, train, held, optimizer, generator, weight, steps: range, config: TrainMTPConfig,
-          use_bf16: bool, writer, run_dir: Path, progress: bool) -> None:
+@dataclass(frozen=True)
+class Trainee:
+    """What the steps of a train-mtp run update and read: the head and its optimiser, the frozen policy and its LM
+    head weight, and the generator that draws each step's batch."""
+
+    head: MTPHead
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    weight: torch.Tensor
+
+
+def _loop(trainee: Trainee, train, held, steps: range, config: TrainMTPConfig, use_bf16: bool, writer, run_dir: Path,
+          progress: bool) -> None:
+    head, model, optimizer, generator, weight = (trainee.head, trainee.model, trainee.optimizer, trainee.generator,
+                                                 trainee.weight)
     warmup = max(1, round(config.warmup_frac * config.steps))
     name = f"mtp/loss/{config.objective}"
     bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)

@@ -167,7 +167,7 @@ class DecoderLayer(nn.Module):
 # The model
 
 
-class Qwen3Backbone(nn.Module):
+class Backbone(nn.Module):
     """Holds the `model.*` parameters (embed_tokens, layers, norm) under the names all three families share."""
 
     def __init__(self, config: ModelConfig):
@@ -175,6 +175,9 @@ class Qwen3Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+Qwen3Backbone = Backbone  # its earlier name, from when Qwen3 was the only family
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -195,7 +198,7 @@ class Transformer(nn.Module):
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
         self.config = config
-        self.model = Qwen3Backbone(config)
+        self.model = Backbone(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.apply(init_weights)
         self.tie_weights()

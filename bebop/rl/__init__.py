@@ -1,14 +1,16 @@
 """GRPO with speculative rollouts (PAPER §5-6): the policy samples through bebop's engine (plain, TO or
 RS with the MTP head), GRPO updates it, and the head stays frozen or trains online.
 
-    from bebop.rl import RLConfig, Trainer
-    trainer = Trainer(RLConfig.quick(rollout="rs"), model, tokenizer, head=head, run_dir="runs/rl-rs")
+    from bebop.rl import RLConfig, build_trainer
+    trainer = build_trainer(RLConfig.quick(method="rs"), model, tokenizer, head=head, run_dir="runs/rl-rs")
     records = trainer.run()
 
-Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `batch` (rollouts -> update batch),
-`shared_prompt` (the update's shared-prompt layout), `online_mtp` (frozen | online-tv | online-ce), `resume`
-(atomic checkpoints), `trainer` (sync/async), `draft_health` (the entropy law's residual per step), `compare` (one
-job under several rollout settings, side by side), `synthetic` (preview runs for the dashboard, without training).
+Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `batch` (`Rollouts`: a task played
+through a rollout backend -> update batch), `shared_prompt` (the update's shared-prompt layout), `online_mtp`
+(frozen | online-tv | online-ce), `resume` (atomic checkpoints), `build` (`build_trainer`: the task, prompt format,
+backend, writer and checks composed, a `Trainer` handed the parts), `trainer` (sync/async), `draft_health` (the
+entropy law's residual per step), `compare` (one job under several rollout settings, side by side), `synthetic`
+(preview runs for the dashboard, without training).
 The command is `bebop rl`.
 
 The names are imported lazily, as in `bebop`: the dashboard and the synthetic runs read the run vocabulary from
@@ -23,6 +25,7 @@ _EXPORTS = {
     **dict.fromkeys(("RLConfig", "TASKS", "ROLLOUTS", "MTP_STRATEGIES", "MODES", "PRESETS"), "bebop.rl.config"),
     **dict.fromkeys(("group_advantages", "grpo_loss", "token_logprobs"), "bebop.rl.grpo"),
     **dict.fromkeys(("Trainer", "UpdateResult"), "bebop.rl.trainer"),
+    **dict.fromkeys(("build_trainer", "prepare_run"), "bebop.rl.build"),
     "OnlineMTP": "bebop.rl.online_mtp",
 }
 

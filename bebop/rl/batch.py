@@ -1,7 +1,7 @@
-"""From prompts to a GRPO training batch: sample a group per prompt, generate, score, align.
+"""From prompts to a GRPO training batch: sample a group per prompt, generate, score, align (`Rollouts.collect`).
 
     examples (one per prompt, repeated group_size times, group by group)
-      -> bebop.prompting.run_task                  # prompt ids, the task's stops, engine.generate
+      -> bebop.play.play                           # prompt ids, the task's stops, engine.generate
                                                         # (plain, TO or RS; multi-turn for agent tasks)
       -> task.rewards(examples, completion texts)       # texts without the stop that ended each row
       -> RolloutBatch: [N, L] tensors where position i holds token i+1 of prompt+completion
@@ -26,9 +26,13 @@ from typing import Any, Sequence
 
 import torch
 
+from bebop.data.prompts import PromptFormat
+from bebop.data.tasks import Task
+from bebop.data.tokenizer import Tokenizer
 from bebop.device import to_device
+from bebop.engine.backend import RolloutBackend
 from bebop.engine.rollout import GenerationConfig, Rollout
-from bebop.prompting import PromptFormat, run_task
+from bebop.play import play
 
 
 @dataclass
@@ -67,19 +71,27 @@ def sample_examples(task, prompts_per_step: int, group_size: int, seed: int, lev
     return [e for e in examples for _ in range(group_size)]
 
 
-def collect(engine, task, tokenizer, examples: Sequence[Any], config: GenerationConfig, *,
-            policy_version: int = 0, pad_id: int = 0, prompt_format: PromptFormat | None = None) -> RolloutBatch:
-    """Generate a completion for every example, score it and build the aligned training tensors."""
-    if not examples:
-        raise ValueError("examples is empty: nothing to roll out")
-    start = time.perf_counter()
-    played = run_task(engine, task, tokenizer, examples, config, prompt_format=prompt_format)
-    prompts, rollout, completions = played.prompts, played.rollout, played.texts
-    rewards = torch.tensor(task.rewards(list(examples), completions), dtype=torch.float32)  # [N]
-    end = time.perf_counter()
-    tensors = align(prompts, rollout, pad_id)
-    return RolloutBatch(list(examples), prompts, rollout, completions, rewards, *tensors,
-                        policy_version=policy_version, gen_time_s=end - start, gen_interval=(start, end))
+@dataclass(frozen=True)
+class Rollouts:
+    """Where an RL run's batches come from: its task played through a rollout backend (bebop's engine on a snapshot
+    of the policy, or vLLM: `bebop.engine.backend`), prompts in one format. `bebop.rl.build` composes it."""
+
+    backend: RolloutBackend
+    task: Task
+    tokenizer: Tokenizer
+    prompt_format: PromptFormat | None = None  # None: the raw text
+
+    def collect(self, examples: Sequence[Any], config: GenerationConfig, *, policy_version: int = 0) -> RolloutBatch:
+        """Generate a completion for every example, score it and build the aligned training tensors."""
+        if not examples:
+            raise ValueError("examples is empty: nothing to roll out")
+        start = time.perf_counter()
+        played = play(self.backend, self.tokenizer, self.task, examples, config, prompt_format=self.prompt_format)
+        rewards = torch.tensor(self.task.rewards(list(examples), played.texts), dtype=torch.float32)  # [N]
+        end = time.perf_counter()
+        tensors = align(played.prompts, played.rollout, self.tokenizer.pad_id)
+        return RolloutBatch(list(examples), played.prompts, played.rollout, played.texts, rewards, *tensors,
+                            policy_version=policy_version, gen_time_s=end - start, gen_interval=(start, end))
 
 
 def align(prompts: list[list[int]], rollout: Rollout, pad_id: int = 0):

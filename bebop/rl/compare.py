@@ -15,14 +15,15 @@ from bebop.metrics import derive, pool
 from bebop.rl.config import RLConfig
 
 
-def run_once(default, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True,
+def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress: bool = True,
              task=None) -> list[dict]:
-    """The job's step records; `task` is config.task as the caller built it (None: the trainer builds it)."""
-    from bebop.rl.trainer import Trainer  # torch and the models: not for the CLIs' help texts
+    """The job's step records, on `policy` (a `bebop.default.PolicyBundle`) with its head `head`; `task` is
+    config.task as the caller got it (None: got here)."""
+    from bebop.rl.build import build_trainer  # torch and the models: not for the CLIs' help texts
 
-    trainer = Trainer(config, default.model, default.tokenizer, head=default.heads[head] if head else None,
-                      task=task, run_dir=run_dir, progress=progress, name=run_dir.name, meta_extra={"head": head})
-    return trainer.run()
+    trainer = build_trainer(config, policy.model, policy.tokenizer, head=policy.heads[head] if head else None,
+                            task=task, run_dir=run_dir, name=run_dir.name, meta_extra={"head": head})
+    return trainer.run(progress=progress)
 
 
 def summarize(records: list[dict], skip: int = 1) -> dict:

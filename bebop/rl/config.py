@@ -1,7 +1,7 @@
 """`RLConfig`: everything one GRPO run needs, validated up front so a typo fails before any work.
 
-Names follow the CLI: `rollout` is how completions are generated ("none" = plain decoding, "to" /
-"rs" = speculative with the MTP head, target-only or rejection-sampling verification), `mtp` is what
+`method` is how rollouts are decoded ("none" = plain decoding, "to" / "rs" = speculative with the MTP head,
+target-only or rejection-sampling verification; the CLI's `--rollout`, and the field's name before), `mtp` is what
 happens to the head during RL ("frozen", the paper's recipe; "online-tv" / "online-ce" train it on each
 step's fresh rollouts with its own optimiser), `mode` is "async" (generation of step t+1 overlaps the
 update of step t) or "sync".
@@ -13,21 +13,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bebop.data.prompt_options import PromptOptions, check_prompt_fields
+from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
+from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
 
 TASKS = ("math", "code", "agent")
-ROLLOUTS = ("none", "to", "rs")
+ROLLOUTS = ("none", "to", "rs")  # RLConfig.method's values: how rollouts are decoded
 MTP_STRATEGIES = ("frozen", "online-tv", "online-ce")
 MODES = ("async", "sync")
 BACKENDS = ("bebop", "vllm")  # who generates the rollouts: bebop's engine, or an in-process vLLM (bebop.engine.vllm)
 PRESETS = ("quick", "full")
+RENAMED = {"rollout": "method"}  # earlier field names, still read: keyword arguments, a saved config's keys
 
 
 @dataclass(frozen=True)
 class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
     task: str = "math"
-    rollout: str = "rs"
+    method: str = "rs"  # how rollouts are decoded: one of ROLLOUTS
     mtp: str = "frozen"
     mode: str = "async"
     steps: int = 20
@@ -56,54 +58,34 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     backend: str = "bebop"  # rollouts from "bebop"'s engine or "vllm" (colocated, weights pushed after each update)
 
     def __post_init__(self) -> None:
-        named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS)]
         dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
-        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.build_tasks)
-            named.insert(0, ("task", TASKS))
-        for name, options in named:
-            if getattr(self, name) not in options:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: {list(options)}")
-        check_prompt_fields(self)
+        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get)
+            check_choice(self, "task", TASKS)
+        check_choice(self, "method", ROLLOUTS, label="rollout method")
+        for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),
+                              ("gen_dtype", PRECISIONS)):
+            check_choice(self, name, options)
         if self.gamma == "auto" and self.backend == "vllm":
             raise ValueError("gamma='auto' chooses the depth per engine step in bebop's engine; vLLM's speculative "
                              "config fixes it at start: use an int gamma with backend 'vllm'")
-        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1):
-            raise ValueError(f"RLConfig.gamma must be a positive int or 'auto', got {self.gamma!r}")
-        for name in ("steps", "prompts_per_step", "max_new_tokens", "max_gamma", "mtp_depth"):
-            value = getattr(self, name)
-            if name == "mtp_depth" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RLConfig.{name} must be a positive int, got {value!r}")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
-            raise ValueError(f"RLConfig.group_size must be an int >= 2 (GRPO compares a group), got {self.group_size!r}")
-        for name in ("checkpoint_every", "samples_per_step", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RLConfig.{name} must be a non-negative int, got {value!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"RLConfig.temperature must be > 0 (RL samples), got {self.temperature}")
+        check_ints(self, ("gamma",), low=1, also=("auto",))
+        check_ints(self, ("steps", "prompts_per_step", "max_new_tokens", "max_gamma"), low=1)
+        check_ints(self, ("mtp_depth", "threads"), low=1, also=(None,))
+        check_ints(self, ("group_size",), low=2)  # GRPO compares within a group
+        check_ints(self, ("checkpoint_every", "samples_per_step", "seed", "micro_batch_tokens"), low=0)
+        check_number(self, "temperature", low=0, open_low=True)  # RL samples
         for name in ("lr", "mtp_lr", "kl_coef"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"RLConfig.{name} must be >= 0, got {getattr(self, name)}")
+            check_number(self, name, low=0)
         for name in ("grad_clip", "mtp_grad_clip"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"RLConfig.{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"RLConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
+            check_number(self, name, low=0, open_low=True)
+        check_number(self, "clip_eps", low=0, high=1, open_low=True, open_high=True)
+        check_prompt_fields(self)
         check_device_name(self.device)
-        if self.gen_dtype not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"RLConfig.gen_dtype must be 'auto', 'fp32' or 'bf16', got {self.gen_dtype!r}")
-        if isinstance(self.micro_batch_tokens, bool) or not isinstance(self.micro_batch_tokens, int) \
-                or self.micro_batch_tokens < 0:
-            raise ValueError(f"RLConfig.micro_batch_tokens must be a non-negative int, got {self.micro_batch_tokens!r}")
         if not isinstance(self.share_prompts, bool):
             raise ValueError(f"RLConfig.share_prompts must be a bool, got {self.share_prompts!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ValueError(f"RLConfig.threads must be a positive int or None, got {self.threads!r}")
-        if self.mtp != "frozen" and self.rollout == "none":
-            raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout 'to' or 'rs' "
-                             "(with rollout 'none' there is no head)")
+        if self.mtp != "frozen" and self.method == "none":
+            raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout method (--rollout) "
+                             "'to' or 'rs' (with 'none' there is no head)")
 
     @property
     def batch_size(self) -> int:
@@ -111,7 +93,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
 
     @property
     def uses_head(self) -> bool:
-        return self.rollout != "none"
+        return self.method != "none"
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "RLConfig":
@@ -120,23 +102,28 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         return getattr(cls, name)(**overrides)
 
     @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> "RLConfig":
+        """The config a run saved (`to_dict`: config.json, a checkpoint), its earlier field names read as today's."""
+        return cls(**renamed(saved))
+
+    @classmethod
     def quick(cls, **overrides: Any) -> "RLConfig":
         """A few minutes on 2 CPU cores with the embedded default."""
         base = dict(steps=16, prompts_per_step=8, group_size=4, max_new_tokens=96, lr=3e-5, checkpoint_every=4)
-        return cls(**{**base, **overrides})
+        return cls(**{**base, **renamed(overrides)})
 
     @classmethod
     def full(cls, **overrides: Any) -> "RLConfig":
         """A longer run (tens of minutes on CPU; minutes on a GPU)."""
         base = dict(steps=200, prompts_per_step=16, group_size=8, max_new_tokens=160, lr=2e-5, checkpoint_every=20)
-        return cls(**{**base, **overrides})
+        return cls(**{**base, **renamed(overrides)})
 
     @classmethod
     def tiny(cls, **overrides: Any) -> "RLConfig":
         """Seconds per run, for tests."""
         base = dict(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=12, gamma=2,
                     lr=1e-3, checkpoint_every=1, samples_per_step=2, gen_dtype="fp32", threads=1)
-        return cls(**{**base, **overrides})
+        return cls(**{**base, **renamed(overrides)})
 
     @property
     def online_depth(self) -> int:
@@ -146,7 +133,12 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         return self.max_gamma if self.gamma == "auto" else self.gamma
 
     def replace(self, **changes: Any) -> "RLConfig":
-        return replace(self, **changes)
+        return replace(self, **renamed(changes))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def renamed(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with earlier field names (`RENAMED`) spelt as today's."""
+    return {RENAMED.get(k, k): v for k, v in fields.items()}

@@ -18,6 +18,8 @@ groups × longest prompt + rows × longest completion, as verl's dynamic batchin
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -56,6 +58,16 @@ def micro_batches(groups: list[list[int]], prompt_lengths: Sequence[int], length
     return batches
 
 
+@dataclass(frozen=True)
+class SharedOutputs:
+    """The policy's outputs on a `SharedPromptLayout` (`Transformer.forward_shared_prefix`)."""
+
+    prefix_logits: torch.Tensor  # [G, P, V] over each group's prompt
+    prefix_hidden: torch.Tensor  # [G, P, d]
+    suffix_logits: torch.Tensor  # [n, S, V] over each row's completion
+    suffix_hidden: torch.Tensor  # [n, S, d]
+
+
 class SharedPromptLayout:
     """The tensors of one micro-batch (`groups` of rows of a RolloutBatch) in the shared-prompt layout."""
 
@@ -80,14 +92,25 @@ class SharedPromptLayout:
         self.behaviour_logprobs = batch.behaviour_logprobs[self.index].gather(1, target_at)  # [n, S]
         self.width = L
 
-    def forward(self, model) -> tuple[torch.Tensor, ...]:
-        """model.forward_shared_prefix on this layout: (prefix_logits, prefix_hidden, suffix_logits, suffix_hidden)."""
-        return model.forward_shared_prefix(self.prefix, self.prefix_lengths, self.suffix, self.group)
+    def emptied(self) -> "SharedPromptLayout":
+        """The same micro-batch with no token to train on: a rank with fewer micro-batches than the busiest runs
+        such ones, so that every rank issues the same collectives (bebop.rl.parallel), and gets no gradient."""
+        empty = copy.copy(self)
+        empty.mask = torch.zeros_like(self.mask)
+        return empty
 
-    def row_logits(self, prefix_logits: torch.Tensor, suffix_logits: torch.Tensor) -> torch.Tensor:
+    def forward(self, model) -> SharedOutputs:
+        """model.forward_shared_prefix on this layout."""
+        return SharedOutputs(*model.forward_shared_prefix(self.prefix, self.prefix_lengths, self.suffix, self.group))
+
+    def row_logits(self, out: SharedOutputs) -> torch.Tensor:
         """Logits that predict each completion token: [n, S, V], aligned with `suffix` (see the module docstring)."""
-        first = prefix_logits[self.group, self.starts - 1]  # [n, V] the prompt's last position
-        return torch.cat([first[:, None], suffix_logits[:, :-1]], 1)  # [n, S, V]
+        first = out.prefix_logits[self.group, self.starts - 1]  # [n, V] the prompt's last position
+        return torch.cat([first[:, None], out.suffix_logits[:, :-1]], 1)  # [n, S, V]
+
+    def row_hidden(self, out: SharedOutputs) -> torch.Tensor:
+        """The hidden states in the batch's row layout [n, L, d], detached, float32 (what an online head trains on)."""
+        return self.rows(out.prefix_hidden.detach().float(), out.suffix_hidden.detach().float())
 
     def rows(self, prefix_x: torch.Tensor, suffix_x: torch.Tensor) -> torch.Tensor:
         """Per-position outputs [G, P, X] and [n, S, X] back in the batch's row layout [n, L, X] (positions past a

@@ -3,12 +3,14 @@ other than 0: rank 0 alone writes). Same calls, no effect."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
 class NullWriter:
-    def __init__(self, name: str):
+    def __init__(self, name: str, path: Path | None = None):
         self.meta = {"name": name}
+        self.path = path  # the run directory rank 0 writes (where a checkpoint is read from)
         self.last_step = None
 
     def log(self, stream: str, record: Any) -> None:

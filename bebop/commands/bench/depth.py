@@ -50,14 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse bad input in one line before a model is loaded."""
-    from bebop.tasks import check_task_names
+    from bebop.checks import check_flags
+    from bebop.data.tasks import check_task_names
 
-    for flag in ("--group", "--max-new-tokens", "--repeats", "--threads"):
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if any(p < 1 for p in args.prompts):
-        raise ValueError(f"--prompts values must be >= 1, got {args.prompts}")
+    check_flags(args, ("--group", "--max-new-tokens", "--repeats", "--threads", "--prompts"), low=1)
     if any(g != "auto" and g < 0 for g in args.gamma) or len(depths(args)) < 2:
         raise ValueError(f"--gamma values must be 'auto' or ints >= 0 with at least one to time besides plain "
                          f"decoding (0, always timed), got {args.gamma}")
@@ -74,8 +70,9 @@ def depths(args: argparse.Namespace) -> list:
 
 def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
     """{"per_token": {depth: seconds per generated token, per timed round}, "chosen": auto's {γ: steps} over them}."""
+    from bebop.data.prompts import prompt_format
     from bebop.engine.rollout import GenerationConfig
-    from bebop.prompting import prompt_format, run_task
+    from bebop.play import play
     from bebop.rl.batch import sample_examples
 
     fmt = prompt_format("auto", tokenizer)
@@ -86,7 +83,7 @@ def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
         for depth in list(engines) if r % 2 == 0 else list(engines)[::-1]:
             config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, gamma=depth,
                                       method=args.method, max_gamma=max_gamma, seed=args.seed + r + 1)
-            stats = run_task(engines[depth], task, tokenizer, examples, config, prompt_format=fmt).rollout.stats
+            stats = play(engines[depth], tokenizer, task, examples, config, prompt_format=fmt).rollout.stats
             if r < 0:
                 continue
             per_token[depth].append(stats["wall_time_s"] / max(stats["num_generated_tokens"], 1))
@@ -129,13 +126,13 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     import torch
 
+    from bebop.data.tasks import get
     from bebop.engine import Engine
     from bebop.policy import load_policy
-    from bebop.tasks import build_tasks
 
     torch.set_num_threads(args.threads)
     device, dtype = device_and_dtype(args)
-    tasks = build_tasks(args.tasks)
+    tasks = {name: get(name) for name in args.tasks}
     model, tokenizer, head = load_policy(args.policy, args.head, dtype=dtype, device=device)
     out = []
     for name, task in tasks.items():

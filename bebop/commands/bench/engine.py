@@ -163,7 +163,7 @@ def step_cost_cells(engine: Engine, batch: int, gamma: int, context: int, calls:
     kv = context + gamma + 1
 
     def head_step(tokens, h):
-        _, out = engine.head_step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
+        _, out = engine.head_cache.step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
         return head.logits(model, out[:, -1:])
 
     def repeated(fn, *args):

@@ -80,23 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace) -> dict:
     """Refuse bad names and numbers before the default policy loads (RLConfig would, but naming no flag); the
     tasks, each built (a dataset read) once for every run."""
-    from bebop.data.tasks import DatasetConfig, build_tasks
+    from bebop.checks import check_flags
+    from bebop.data.tasks import DatasetConfig, check_task_names, get
 
-    tasks = build_tasks(args.tasks, DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key))
+    dataset = DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key)
+    tasks = {name: get(name, dataset) for name in check_task_names(args.tasks)}
     if any(g != "auto" and g < 1 for g in args.gamma):
         raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
-    for flag in ("--steps", "--max-new-tokens", "--repeats"):
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if any(p < 1 for p in args.prompts):
-        raise ValueError(f"--prompts values must be >= 1, got {args.prompts}")
-    if args.group < 2:
-        raise ValueError(f"--group must be >= 2 (GRPO compares completions within a group), got {args.group}")
-    if args.micro_batch_tokens < 0:
-        raise ValueError(f"--micro-batch-tokens must be >= 0 (0 = the whole batch), got {args.micro_batch_tokens}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    check_flags(args, ("--steps", "--max-new-tokens", "--repeats", "--prompts"), low=1)
+    check_flags(args, ("--group",), low=2)  # GRPO compares completions within a group
+    check_flags(args, ("--micro-batch-tokens", "--seed"), low=0)  # 0 tokens: the whole batch at once
     return tasks
 
 
@@ -137,7 +130,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path, built=None) -
             name += (f"-g{gamma}" if gamma is not None and len(args.gamma) > 1 else "") + f"-{repeat}"
             run_dir = root / (f"rows{base.batch_size}-{name}" if len(args.prompts) > 1 else name)
             depth = {} if gamma is None else {"gamma": gamma}
-            records = run_once(default, base.replace(rollout=rollout, mode=mode, **depth), head, run_dir, task=built)
+            records = run_once(default, base.replace(method=rollout, mode=mode, **depth), head, run_dir, task=built)
             results.setdefault(name.rsplit("-", 1)[0], []).append(summarize(records))
     merged = {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]} for name, runs in results.items()}
     plain = merged[f"{task}-none"]

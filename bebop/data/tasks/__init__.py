@@ -21,7 +21,7 @@ from bebop.data.tasks.agent import AgentConfig, AgentEnv, AgentTask, tool_mask
 from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_completion
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
 from bebop.data.tasks.code_tests import CodeTestsConfig, CodeTestsTask, program_text
-from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_task, is_dataset_spec
+from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_config, dataset_task, is_dataset_spec
 from bebop.data.tasks.math import MathConfig, MathTask
 
 TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent": (AgentTask, AgentConfig)}
@@ -29,11 +29,15 @@ TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent"
 
 def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig | None = None) -> Task:
     """The task `name` names: a built-in ("math" | "code" | "agent") or a dataset spec ("jsonl:PATH" |
-    "parquet:PATH" | a `save_to_disk` directory), with its default config unless one is given."""
+    "parquet:PATH" | a `save_to_disk` directory), with its default config unless one is given. A `DatasetConfig`
+    (the columns a job reads its datasets with, `dataset_config`) leaves a built-in at its default config, so a job
+    gets every task it names the same way. A dataset is read here: a ValueError of one line for a missing or unreadable
+    file, a key the dataset lacks (naming its columns) or an empty dataset."""
     if not isinstance(name, str):
         raise ValueError(f"a task name must be a string, got {type(name).__name__}")
     if name in TASKS:
         task_cls, config_cls = TASKS[name]
+        config = None if isinstance(config, DatasetConfig) else config
     elif is_dataset_spec(name):
         task_cls, config_cls = DatasetTask, DatasetConfig
     else:
@@ -44,15 +48,10 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
     return dataset_task(name, config) if task_cls is DatasetTask else task_cls(config)
 
 
-def task_for(name: str, dataset: DatasetConfig | None = None) -> Task:
-    """The task a job names: a built-in with its default config, or a dataset spec read with `dataset`'s columns."""
-    return get(name, None if name in TASKS else dataset)
-
-
 def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
     """The task names a config holds, each a built-in or a dataset spec: a ValueError of one line for an unknown
-    name or none at all. Nothing is read here: a dataset's file and columns are checked once, where the job builds
-    its tasks (`build_tasks`)."""
+    name or none at all. Nothing is read here: a dataset's file and columns are checked once, where the job gets its
+    tasks (`get`)."""
     names = tuple(names)
     if not names:
         raise ValueError(f"no task given; valid names: {sorted(TASKS)}, or a dataset spec")
@@ -62,15 +61,9 @@ def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def build_tasks(names: Sequence[str], dataset: DatasetConfig | None = None) -> dict[str, Task]:
-    """Each task a job names, built once, before any heavy work: a ValueError of one line for an unknown name, a
-    missing or unreadable file, a key the dataset lacks (naming its columns) or an empty dataset. `dataset` holds
-    the column names every dataset spec among `names` is read with."""
-    return {name: task_for(name, dataset) for name in check_task_names(names)}
-
-
 __all__ = [
-    "TASKS", "get", "task_for", "check_task_names", "build_tasks", "Example", "Task", "Rng", "parse_answer", "strip_completion", "MathTask", "MathConfig",
+    "TASKS", "get", "check_task_names", "dataset_config", "Example", "Task", "Rng", "parse_answer", "strip_completion",
+    "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",
     "program_text",

@@ -18,7 +18,7 @@ the pass lasts, then a fresh shuffle. One generator draws the passes in order, s
 `bebop pretrain` trains on) raises; `train-mtp`, `eval-mtp` and `rl` let the policy answer the prompts.
 
 Every problem (unknown spec, missing file, unreadable file, a missing key, a prompt column that is not text, no rows) is a ValueError
-of one line, raised when the task is built, so `build_tasks` reports it before any heavy work.
+of one line, raised when the task is built, so a job that builds its tasks first reports it before any heavy work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from bebop.data.prompt_options import ANSWER_KEY, PROMPT_KEY
+from bebop.data.prompts import ANSWER_KEY, PROMPT_KEY, PromptOptions
 from bebop.data.tasks.answers import gold_answer, math_rewards
 from bebop.data.tasks.base import Example, Rng, RowsTask, Task
 from bebop.data.tasks.code_tests import CodeTestsTask, is_code_layout
@@ -46,6 +46,11 @@ class DatasetConfig:
         for name in ("prompt_key", "answer_key", "split"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"DatasetConfig.{name} must be a non-empty string, got {getattr(self, name)!r}")
+
+
+def dataset_config(options: PromptOptions) -> DatasetConfig:
+    """The columns a job config (its `PromptOptions`) reads its dataset tasks with."""
+    return DatasetConfig(prompt_key=options.prompt_key, answer_key=options.answer_key)
 
 
 def is_dataset_spec(spec: str) -> bool:

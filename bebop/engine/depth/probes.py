@@ -1,6 +1,6 @@
-"""The depth controller's probes (`bebop.engine.depth.DepthController`, its docstring's Probes): now and then a rows
-bucket runs another depth than its best, so that no estimate goes stale; what each probe cost beyond the best depth
-sets when the next may run, so that probing costs at most `budget` of the bucket's time."""
+"""The depth controller's probes (docs/draft-depth.md, Probes): now and then a rows bucket runs another depth than its
+best, so that no estimate goes stale; what each probe cost beyond the best depth sets when the next may run, so that
+probing costs at most `budget` of the bucket's time."""
 
 from __future__ import annotations
 
@@ -57,6 +57,6 @@ class ProbeSchedule:
     def _schedule(self, probe: Probe) -> None:
         """The next probe of its bucket waits until what this one cost beyond the best depth is `budget` of the time."""
         budget = self.budget * probe.best_cost  # seconds of probe cost per step of the bucket
-        paid = probe.extra > 0 and math.isfinite(budget) and budget > 0
+        paid = probe.extra > 0 and budget > 0
         gap = math.ceil(probe.extra / budget) if paid else self.every
         self._next[probe.bucket] = probe.tick + min(max(gap, self.every), 16 * self.every)

@@ -1,0 +1,47 @@
+"""What `Engine.generate`'s loop asks before each step and tells after it: a `Choice` of depth, from a `FixedDepth`
+(a static γ) or the `DepthController` (gamma="auto"), so both run the same loop.
+
+    choice = depth.decide(rows)                                   # before the step: from earlier steps only
+    depth.observe(rows, choice.gamma, seconds, num_accepted, switch_s=...)   # after it
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bebop.engine.depth.cells import row_bucket
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One decision and its reasons: the depth, the acceptance it expected and the step cost it used."""
+
+    gamma: int
+    rows: int  # active rows
+    bucket: int  # their cost-table bucket
+    expected_accepted: float | None  # E[accepted | γ] per row (None: a fixed depth expects nothing)
+    cost_s: float | None  # estimated seconds of this step (None: the depth had no price yet)
+    probe: bool  # chosen to measure, not because it was the best estimate
+
+
+class Depth(Protocol):
+    """What chooses each engine step's draft depth."""
+
+    def decide(self, rows: int) -> Choice: ...
+
+    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int], switch_s: float = 0.0) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class FixedDepth:
+    """A static depth γ (0 = plain decoding): every step drafts γ, whatever it observes."""
+
+    gamma: int
+
+    def decide(self, rows: int) -> Choice:
+        return Choice(self.gamma, rows, row_bucket(rows), None, None, False)
+
+    def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int], switch_s: float = 0.0) -> None:
+        pass  # nothing to learn: the depth is fixed

@@ -1,0 +1,42 @@
+"""Prompt lookup: a draft source that needs no head, the free baseline every head has to beat.
+
+Proposes the tokens that followed the last earlier occurrence of the row's most recent n-gram (vLLM's n-gram
+proposer, Hugging Face's `prompt_lookup_num_tokens`): answers copy names, numbers and code from their prompt and
+from themselves, and those continuations cost one verification and no model.
+
+    history:  ... a b c d ... x a b c   (pending token c, not yet verified)
+    match:    the last earlier "a b c" (the longest n-gram that occurs, n from `max_ngram` down to `min_ngram`)
+    draft:    d ...                    the γ tokens that followed it
+
+Its q is one-hot at each drafted token, so rejection sampling accepts a draft with probability p(token) and
+recovers from p with that token taken out: exactly TO's test, whatever the method asked (`bebop.verify`). A row
+without a match, or with fewer than γ tokens after it, repeats its last proposed token to fill the step: the
+engine verifies a rectangle of γ per row, and those positions count as drafted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Drafts by n-gram match over each row's own history (prompt, completion so far, environment replies)."""
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int)
+                and 1 <= self.min_ngram <= self.max_ngram):
+            raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
+
+    def propose(self, history: list[int], gamma: int) -> list[int]:
+        """γ draft tokens continuing `history` (whose last token is the pending one)."""
+        for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):
+            suffix = history[-n:]
+            for start in range(len(history) - n - 1, -1, -1):  # the latest earlier occurrence wins
+                if history[start:start + n] == suffix:
+                    follow = history[start + n:start + n + gamma]
+                    return follow + [follow[-1]] * (gamma - len(follow))
+        return [history[-1]] * gamma
