@@ -17,6 +17,8 @@ A head spec is tried in this order, the first match wins:
     embedded   the mtp.* head stored in the policy's own checkpoint; its recorded objective (e.g. "e2e_tv") names
                it too, unless POLICY/heads has a head of that name
     PATH       any directory written by `bebop.models.checkpoint.save_head`
+    lookup     no head: prompt lookup drafts (`bebop.engine.lookup.PromptLookup`), the free baseline beside any head,
+               unless POLICY/heads has a head of that name
 A wrong spec gets one line listing the heads the policy has; a head built for another backbone, one line naming
 both shapes (`load_head`). The CLIs import this module for their help text, so torch loads only with a policy.
 """
@@ -34,11 +36,14 @@ if TYPE_CHECKING:
 
     from bebop.data.tokenizer import Tokenizer
     from bebop.default import PolicyBundle
+    from bebop.engine.lookup import PromptLookup
     from bebop.models.mtp import MTPHead
     from bebop.models.transformer import Transformer
 
 EMBEDDED = "embedded"  # the head spec that picks the mtp.* head of the policy's own checkpoint
-HEAD_HELP = (f"a head of the policy (POLICY/heads/NAME), '{EMBEDDED}' or its objective for the mtp.* head stored in "
+LOOKUP = "lookup"  # the head spec of prompt lookup: drafts with no head at all
+HEAD_HELP = (f"a head of the policy (POLICY/heads/NAME), '{LOOKUP}' (prompt lookup, no head), "
+             f"'{EMBEDDED}' or its objective for the mtp.* head stored in "
              "the policy's checkpoint, or a save_head directory, tried in that order")
 POLICY_HELP = ("a checkpoint directory in the Hugging Face layout with its tokenizer, 'smollm2' (SmolLM2-135M-Instruct, "
                "needs bebop[real]), a .gguf file, or a hub id")
@@ -83,7 +88,7 @@ def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dt
     head spec `head` (None: no head), on `device` (None: the CPU). `dtype` None keeps each file's stored dtype."""
     model, tokenizer, root, stored = _load(policy, dtype)
     chosen = None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
-    return model.to(device), tokenizer, None if chosen is None else chosen.to(device)
+    return model.to(device), tokenizer, None if chosen is None else _to(chosen, device)
 
 
 def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | None = None, *,
@@ -94,8 +99,13 @@ def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | N
 
     model, tokenizer, root, stored = _load(policy, dtype)
     heads = resolve_heads(shipped_heads(root) if specs is None else specs, model, root=root, stored=stored, dtype=dtype)
-    return PolicyBundle(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
+    return PolicyBundle(model=model.to(device), tokenizer=tokenizer, heads={k: _to(h, device) for k, h in heads.items()},
                         path=root)
+
+
+def _to(head, device):
+    """A head on `device`; prompt lookup has no tensors to move."""
+    return head if getattr(head, "to", None) is None else head.to(device)
 
 
 def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
@@ -164,7 +174,7 @@ def _install_heads(out: Path) -> None:
 
 
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,
-                 dtype: torch.dtype | None = None) -> MTPHead:
+                 dtype: torch.dtype | None = None) -> MTPHead | PromptLookup:
     """The head `spec` names for `model` (see the module docstring): a name under `root`/heads, else `stored` (the
     head `model`'s checkpoint holds) by "embedded" or its objective, else a save_head directory."""
     from bebop.default import shipped_heads
@@ -173,6 +183,10 @@ def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stor
     names = shipped_heads(Path(root))
     if spec in names:
         return load_head(Path(root) / "heads" / spec, model.config, dtype=dtype)
+    if spec == LOOKUP:
+        from bebop.engine.lookup import PromptLookup
+
+        return PromptLookup()
     if stored is not None and spec in (EMBEDDED, stored.objective):
         return stored if dtype is None else stored.to(dtype)
     if not Path(spec).expanduser().is_dir():

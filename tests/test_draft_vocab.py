@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from bebop.draft_vocab import (check_ids, choose, coverage, from_d2t, log_normaliser, probability_mass, scatter_probs,
                                target_logp, to_d2t, to_t2d)
@@ -19,7 +18,7 @@ from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.selfdraft import self_draft_pair
 from bebop.models.transformer import Transformer
-from bebop.sampling import scaled_logits
+from exact_law import check_first_three, first_three_law
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -230,16 +229,6 @@ def _near_pair_over_s(vocab: int = 5):
     return model, head.use_draft_vocab(ids), prompt, first
 
 
-def _first_three_law(model, prompt: list[int], vocab: int) -> torch.Tensor:
-    prefixes = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])  # [V², P+2]
-    with torch.no_grad():
-        probs = torch.softmax(model(prefixes)[0].double(), -1)  # [V², P+2, V]
-    p1 = probs[0, len(prompt) - 1]
-    p2 = probs[:, len(prompt)].view(vocab, vocab, vocab)[:, 0]
-    p3 = probs[:, len(prompt) + 1].view(vocab, vocab, vocab)
-    return (p1[:, None, None] * p2[:, :, None] * p3).flatten()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["rs", "to"])
 @pytest.mark.parametrize("sampling", [{}, {"top_k": 4, "top_p": 0.9}])
@@ -250,17 +239,7 @@ def test_the_first_three_tokens_through_a_head_over_s_follow_the_target_exactly(
     vocab, n = 5, 24_000
     model, head, prompt, first = _near_pair_over_s(vocab)
     assert first not in head.draft_ids.tolist()
-    if sampling:  # the exact law of the filtered target: recompute with the filtered distributions
-        law = _filtered_first_three_law(model, prompt, vocab, **sampling)
-    else:
-        law = _first_three_law(model, prompt, vocab)
-    keep = law * n >= 5  # chi-square needs expected counts >= 5; pool the rest into one cell (where it has mass)
-    pooled = [] if law[~keep].sum() * n < 5 else [~keep]
-
-    def cells(counts: torch.Tensor) -> torch.Tensor:
-        return torch.cat([counts[keep], *[counts[m].sum()[None] for m in pooled]])
-    expected = cells(law) * n
-    wrong = cells(law.view(vocab, -1)[torch.roll(torch.arange(vocab), 1)].flatten()) * n
+    law = first_three_law(model, prompt, vocab, **sampling)
     engine = Engine(model, head)
     for gamma in (1, 2):
         rollout = engine.generate([prompt] * n, GenerationConfig(max_new_tokens=3, gamma=gamma, method=method, seed=7,
@@ -268,23 +247,8 @@ def test_the_first_three_tokens_through_a_head_over_s_follow_the_target_exactly(
         drafted = {t for row, origins in zip(rollout.tokens, rollout.origin)
                    for t, o in zip(row, origins) if o == "accepted"}
         assert drafted <= set(head.draft_ids.tolist()), "an accepted draft outside S"
-        codes = torch.tensor([t[0] * vocab * vocab + t[1] * vocab + t[2] for t in rollout.tokens])
-        observed = torch.bincount(codes, minlength=vocab**3).double()
-        f_obs = cells(observed)
-        assert int(f_obs.sum()) == n, "a row drew a token its filtered law gives no mass"
-        assert chisquare(f_obs.numpy(), (expected * n / expected.sum()).numpy()).pvalue > 1e-3, (method, gamma)
-        assert chisquare(f_obs.numpy(), (wrong * n / wrong.sum()).numpy()).pvalue < 1e-6
+        check_first_three(rollout.tokens, law, vocab)
         assert 0.05 < rollout.stats["spec/acceptance_rate"] < 0.95
-
-
-def _filtered_first_three_law(model, prompt: list[int], vocab: int, *, top_k: int, top_p: float) -> torch.Tensor:
-    prefixes = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])
-    with torch.no_grad():
-        probs = scaled_logits(model(prefixes)[0], 1.0, top_k, top_p).double().softmax(-1)
-    p1 = probs[0, len(prompt) - 1]
-    p2 = probs[:, len(prompt)].view(vocab, vocab, vocab)[:, 0]
-    p3 = probs[:, len(prompt) + 1].view(vocab, vocab, vocab)
-    return (p1[:, None, None] * p2[:, :, None] * p3).flatten()
 
 
 def test_the_compiled_engine_drafts_over_s_as_the_eager_one_does():

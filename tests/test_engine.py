@@ -289,7 +289,7 @@ def test_clear_errors(tiny_pair):
         engine.generate([[1, 64]], config)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         engine.generate([[1] * model.config.max_position_embeddings], config)
-    with pytest.raises(ValueError, match="needs an MTP head"):
+    with pytest.raises(ValueError, match="needs a draft"):
         Engine(model).generate([[1]], GenerationConfig(max_new_tokens=4, method="rs"))
     trained = MTPHead(model.config, trained_depth=2)
     with pytest.warns(UserWarning, match="trained depth"):
@@ -548,5 +548,5 @@ def test_auto_depth_errors():
     with pytest.raises(ValueError, match="max_gamma"):
         GenerationConfig(max_new_tokens=4, gamma="auto", max_gamma=0)
     model, _ = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=1))
-    with pytest.raises(ValueError, match="needs an MTP head"):
+    with pytest.raises(ValueError, match="needs a draft"):
         Engine(model).generate([[1]], GenerationConfig(max_new_tokens=4, gamma="auto"))

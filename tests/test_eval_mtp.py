@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from bebop.play import Completion, complete
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
+from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.evaluate import (
     EvalMTPConfig,
@@ -151,3 +153,15 @@ def test_command_writes_tables_and_rejects_bad_input(policy, tokenizer, tmp_path
     narrow = ModelConfig.tiny(vocab_size=50, **TINY_MODEL)
     with pytest.raises(ValueError, match="vocab_size"):
         Engine(model, MTPHead(narrow))
+
+
+def test_prompt_lookup_sits_beside_the_heads_as_a_baseline(policy, tokenizer):
+    """--heads lookup: drafted by prompt lookup through the same engine, once (as TO: its q is one-hot), with no
+    teacher-forced d_TV (it has no q to compare)."""
+    model, heads = policy
+    rows = sweep(model, tokenizer, {"a": heads["a"], "lookup": PromptLookup()},
+                 EvalMTPConfig(heads=("a", "lookup"), methods=("to", "rs"), temperatures=(1.0,), num_prompts=2,
+                               max_new_tokens=12), progress=False)
+    assert [(r["head"], r["method"]) for r in rows] == [("a", "to"), ("a", "rs"), ("lookup", "to")]
+    lookup = rows[-1]
+    assert lookup["num_draft_tokens"] > 0 and math.isnan(lookup["d_tv_mean"]) and lookup["draft_vocab"] is None

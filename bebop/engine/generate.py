@@ -1,4 +1,4 @@
-"""Batched plain and speculative generation with an MTP draft head.
+"""Batched plain and speculative generation with an MTP draft head (or prompt lookup, `bebop.engine.lookup`).
 
 One loop serves plain decoding (gamma = 0) and speculative decoding, so comparisons are fair.
 Per speculative step, for every active row at once:
@@ -32,6 +32,7 @@ from bebop.engine.batch import Batch, pad_feeds, rows_of, shared_runs
 from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.depth import Choice, Depth, DepthConfig, DepthController, FixedDepth
 from bebop.engine.head_cache import FeedRows, HeadCache
+from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
@@ -51,7 +52,7 @@ class Stepped:
 
 
 class Engine:
-    """Generation for a target `model` with an optional MTP draft head `mtp`.
+    """Generation for a target `model` with an optional draft `mtp`: an MTP head, or a `PromptLookup`.
 
     compile=True runs each phase of a decoding step (bebop.engine.step: the draft loop, the verification forward with its
     sampling and per-token statistics, the head's catch-up) and the prefill forwards as `torch.compile` graphs with
@@ -81,8 +82,11 @@ class Engine:
     # `full_logprobs` is False: VLLMEngine on a large vocabulary).
     full_logprobs = True
 
-    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | None = None, *, compile: bool = False,
-                 buckets: Buckets | None = None, depth: DepthController | None = None):
+    def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | PromptLookup | None = None, *,
+                 compile: bool = False, buckets: Buckets | None = None, depth: DepthController | None = None):
+        # The draft: an MTP head, or prompt lookup (a draft with no model: bebop.engine.lookup).
+        self.lookup = mtp if isinstance(mtp, PromptLookup) else None
+        mtp = None if self.lookup is not None else mtp
         self.model, self.mtp, self.compiled = model, mtp, compile
         # gamma="auto": what chooses each step's depth. It learns across generate() calls (acceptance and step
         # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
@@ -127,7 +131,7 @@ class Engine:
         """Complete every prompt. With `env`, a row that emits a stop token (or completes a stop string) gets
         env(row, tokens, stop)'s reply appended (origin "env") and continues from its cached prefix; a None reply ends
         the row. `decode` (the tokenizer's) is needed only for `config.stop_strings`."""
-        check_request(prompts, config, self.config, self.mtp)
+        check_request(prompts, config, self.config, self.mtp if self.mtp is not None else self.lookup)
         generator = torch.Generator(device=self.device)
         # Not torch.seed(): that reseeds the global generator with OS entropy, behind the caller's back.
         seed = config.seed if config.seed is not None else int(torch.randint(2**62, ()))
@@ -137,7 +141,7 @@ class Engine:
         timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
         depth = self.depth_for(config)
         choices: list[tuple[Choice, float]] = []  # each step's decision and measured seconds
-        out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode)
+        out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode, prompts=prompts)
         start = time.perf_counter()
         with self.packed_weights():
             batch = self._new_batch(prompts, config)
@@ -186,7 +190,7 @@ class Engine:
                                          self.config.max_position_embeddings)
         batch = Batch(list(range(n)), [0] * n, list(range(n)), torch.zeros(rows, dtype=torch.long, device=device),
                        self._cache(self.model, rows, max_len))
-        if config.depth > 0:
+        if config.depth > 0 and self.mtp is not None:
             batch.draft_cache = self._cache(self.mtp, rows, max_len)
             batch.draft_hidden = torch.zeros(rows, 1, self.config.hidden_size, dtype=batch.cache.dtype, device=device)
             batch.draft_logits = torch.zeros(rows, self.mtp.draft_size, dtype=batch.cache.dtype, device=device)
@@ -265,12 +269,16 @@ class Engine:
         if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
             self.head_cache.catch_up(batch)
             switch_s = time.perf_counter() - t0
-        uniforms = draw_uniforms(len(batch.rows), gamma, config.method, generator, self.device)  # [B, n]
+        # A lookup's q is one-hot at its draft: RS's test is TO's (bebop.engine.lookup), so it is verified as TO.
+        method = "to" if self.lookup is not None and config.method == "rs" else config.method
+        uniforms = draw_uniforms(len(batch.rows), gamma, method, generator, self.device)  # [B, n]
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
                 0, upload(batch.slots, self.device), uniforms)  # [P, n]
         # 1. draft
-        if gamma > 0:
+        if gamma > 0 and self.lookup is not None:
+            draft_tokens, draft_probs = self._look_up(batch, gamma, out), None  # [P, γ]
+        elif gamma > 0:
             draft_tokens, draft_probs = self.draft_step(
                 self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
                 kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
@@ -282,7 +290,7 @@ class Engine:
         # 2. verify: one target forward over the pending token and the drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
             self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
-            method=config.method, sampling=sampling)
+            method=method, sampling=sampling)
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
@@ -310,6 +318,14 @@ class Engine:
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
         return Stepped(seconds, switch_s, [r.num_accepted for r in results])
+
+    def _look_up(self, batch: Batch, gamma: int, out: RolloutBuilder) -> torch.Tensor:
+        """Each live row's γ prompt-lookup drafts [P, γ] from its history so far (padding rows draft token 0)."""
+        drafts = [self.lookup.propose(out.history(row), gamma) for row in batch.rows]
+        if batch.capacity == len(batch.rows):
+            return upload(drafts, self.device)
+        return torch.zeros(batch.capacity, gamma, dtype=torch.long, device=self.device).index_copy_(
+            0, upload(batch.slots, self.device), upload(drafts, self.device))
 
     def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:

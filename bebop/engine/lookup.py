@@ -1,4 +1,5 @@
-"""Prompt lookup: a draft source that needs no head, the free baseline every head has to beat.
+"""Prompt lookup: a draft source that needs no head, the free baseline every head has to beat
+(`Engine(model, PromptLookup())`; `--head lookup` / `--heads lookup` in the jobs that measure drafts).
 
 Proposes the tokens that followed the last earlier occurrence of the row's most recent n-gram (vLLM's n-gram
 proposer, Hugging Face's `prompt_lookup_num_tokens`): answers copy names, numbers and code from their prompt and

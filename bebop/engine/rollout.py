@@ -108,8 +108,8 @@ def check_request(prompts: list[list[int]], config: GenerationConfig, model_conf
         raise ValueError(f"longest prompt + max_new_tokens + gamma + 1 = {need} exceeds the model's "
                          f"max_position_embeddings={model_config.max_position_embeddings}")
     if config.depth > 0 and head is None:
-        raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs an MTP head; "
-                         "pass Engine(model, mtp) or use gamma=0 for plain decoding")
+        raise ValueError(f"method {config.method!r} with gamma={config.gamma!r} needs a draft: pass Engine(model, mtp) "
+                         "or Engine(model, PromptLookup()), or use gamma=0 for plain decoding")
     draft_ids = getattr(head, "draft_ids", None)
     if config.depth > 0 and draft_ids is not None and int(draft_ids[-1]) >= (config.vocab_limit or vocab):
         raise ValueError(f"the head's draft vocabulary holds id {int(draft_ids[-1])}, past the "
@@ -145,15 +145,21 @@ class RolloutBuilder:
     """Host-side per-prompt results, appended once per engine step; applies stops, budgets and `env`."""
 
     def __init__(self, n: int, config: GenerationConfig, env: Env | None = None, vocab_size: int | None = None,
-                 decode: Decode | None = None):
+                 decode: Decode | None = None, *, prompts: list[list[int]] | None = None):
         self.matcher = StopMatcher(config.stop_tokens, config.stop_strings, decode)
         self.config, self.env, self.vocab_size = config, env, vocab_size
+        self.prompts = prompts  # what `history` starts from (a prompt-lookup draft reads it)
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.entropy: list[list[float]] = [[] for _ in range(n)]
         self.origin: list[list[str]] = [[] for _ in range(n)]
         self.finish: list[str] = ["length"] * n
         self.stops: list[Stop | None] = [None] * n
+
+    def history(self, row: int) -> list[int]:
+        """Row `row`'s tokens so far: its prompt, then everything emitted (environment replies included; the last is
+        the pending token, sampled but not yet verified)."""
+        return [*(self.prompts[row] if self.prompts is not None else ()), *self.tokens[row]]
 
     def append(self, row: int, tokens: list[int], logprobs: list[float], entropy: list[float],
                origins: list[str]) -> tuple[str, int, list[int]]:

@@ -43,6 +43,7 @@ from bebop.data.tasks import Task, check_task_names, dataset_config
 from bebop.data.tasks import get as get_task
 from bebop.device import check_device_name
 from bebop.engine import Engine
+from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.data import anchor_mask
 from bebop.draft_vocab import coverage, log_normaliser, target_logp
@@ -150,7 +151,7 @@ def teacher_forced(model: Transformer, head: MTPHead, prompts: list[list[int]], 
     return (1 - torch.cat(alphas).mean(0)).tolist(), share
 
 
-def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str, temperature: float,
+def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples, *, method: str, temperature: float,
                  config: EvalMTPConfig) -> tuple[dict, list[Completion]]:
     """Generate with one (head, method, temperature) and summarise acceptance, entropy and d_TV."""
     gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=temperature, gamma=config.gamma,
@@ -159,8 +160,9 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
     completions, stats = complete(Engine(model, head), tokenizer, task, examples, gen, prompt_format=fmt)
     rates = derive(stats)
     prompts = prompt_ids(tokenizer, examples, fmt)
+    lookup = isinstance(head, PromptLookup)  # no q to compare with p: no teacher-forced d_TV
     dtv, share = (teacher_forced(model, head, prompts, completions, config.gamma, temperature)
-                  if config.teacher_forced else ([math.nan] * config.gamma, math.nan))
+                  if config.teacher_forced and not lookup else ([math.nan] * config.gamma, math.nan))
     entropies = [h for c in completions for h in c.entropy]
     row = {
         "acceptance_rate": rates["spec/acceptance_rate"],
@@ -170,7 +172,7 @@ def evaluate_one(model, tokenizer, head: MTPHead, task, examples, *, method: str
         "entropy_mean": sum(entropies) / max(1, len(entropies)),
         "d_tv_mean": sum(dtv) / len(dtv),
         **{f"d_tv_pos/{i}": v for i, v in enumerate(dtv)},
-        "draft_vocab": None if head.draft_ids is None else head.draft_size,  # K ids, or the whole vocabulary
+        "draft_vocab": None if getattr(head, "draft_ids", None) is None else head.draft_size,  # K ids, or all
         "coverage": share,  # p(S): what any draft over S could accept at most (1 without a draft vocabulary)
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
@@ -191,7 +193,8 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, wr
         examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
         for temperature in config.temperatures:
             for label, head in heads.items():
-                for method in config.methods:
+                # prompt lookup's q is one-hot: RS tests what TO tests, so it runs once, as TO
+                for method in ("to",) if isinstance(head, PromptLookup) else config.methods:
                     start = time.perf_counter()
                     row, completions = evaluate_one(model, tokenizer, head, task, examples, method=method,
                                                     temperature=temperature, config=config)
@@ -210,7 +213,7 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, wr
 def eval_setup(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
     """The sweep's setup keys for meta.json: the methods stand where an RL run's rollout does."""
     return setup_keys(task=one_or_all(config.tasks), rollout=one_or_all(config.methods), mtp_strategy=None,
-                      mtp_objective=one_or_all(h.objective or label for label, h in heads.items()),
+                      mtp_objective=one_or_all(getattr(h, "objective", None) or label for label, h in heads.items()),
                       gamma=config.gamma, mode=None)
 
 
