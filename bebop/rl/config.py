@@ -57,8 +57,9 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
 
     def __post_init__(self) -> None:
         named = [("rollout", ROLLOUTS), ("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS)]
-        dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
-        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.build_tasks)
+        spec = ("jsonl:", "parquet:", "gym:")  # torch-free here: bebop.data.tasks checks what a spec names
+        dataset = isinstance(self.task, str) and (self.task.startswith(spec) or Path(self.task).is_dir())
+        if not dataset:  # a dataset or gym spec is checked where it is read (bebop.data.tasks.build_tasks)
             named.insert(0, ("task", TASKS))
         for name, options in named:
             if getattr(self, name) not in options:
