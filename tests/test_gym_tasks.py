@@ -21,7 +21,7 @@ from bebop.data.tasks.gym import GymTask, answer_line, split_of, stated_answer  
 from bebop.data.tasks.gym_spec import GymSpec, parse_spec  # noqa: E402
 from bebop.rl.config import RLConfig  # noqa: E402
 
-SMALL = "gym:chain_sum?max_terms=2&max_digits=1"  # two one-digit terms: 200 distinct questions
+SMALL = gym_module.SMOLLM2_TASK  # two one-digit terms: 200 distinct questions
 
 
 # ----------------------------------------------------------------------------------------------- specs
@@ -102,6 +102,13 @@ def test_train_and_heldout_share_no_question():
     assert not train & heldout
     assert len(heldout) >= 20 and len(train) >= 100  # each split covers its part of the 200 questions
     assert {split_of(q) for q in heldout} == {"heldout"} and {split_of(q) for q in train} == {"train"}
+
+
+def test_smollm2s_task_is_the_cell_the_sweep_chose():
+    # docs/tasks.md swept the spelled-out spec; the constant leaves the config's own minimums (2 terms, 1 digit)
+    swept = GymTask("gym:chain_sum?min_terms=2&max_terms=2&min_digits=1&max_digits=1").heldout().sample(16, seed=0)
+    chosen = GymTask(gym_module.SMOLLM2_TASK).heldout().sample(16, seed=0)
+    assert [(e.prompt, e.answer) for e in chosen] == [(e.prompt, e.answer) for e in swept]
 
 
 def test_a_split_with_no_questions_is_one_line(monkeypatch):
@@ -223,3 +230,16 @@ def test_task_sweep_misuse_is_one_line_and_exit_2(argv, match, tmp_path, capsys,
     assert main(["task-sweep", "--run-dir", str(tmp_path / "run")] + argv) == 2
     assert match in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_one_rl_step_on_a_gym_task(tmp_path):
+    from bebop.runlog import load_run
+
+    argv = ["rl", "--preset", "quick", "--task", SMALL, "--rollout", "none", "--steps", "1", "--sync", "--threads",
+            "1", "--no-progress", "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    run = load_run(tmp_path / "run")
+    assert run.meta["task"] == SMALL and len(run.streams["train"]) == 1
+    prompts = list(run.streams["samples"].prompt)
+    assert prompts and {split_of(p.removesuffix("\n")) for p in prompts} == {"train"}  # RL draws training questions
+    assert 0 <= run.streams["train"]["critic/score/mean"].iloc[0] <= 1

@@ -26,7 +26,8 @@ from bebop.policy import POLICY_HELP
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--tasks", nargs="+", default=None, metavar="SPEC",
-                        help="gym specs, gym:NAME?FIELD=VALUE&... (default: the tiny chain sum, or --dataset's grid)")
+                        help="gym specs, gym:NAME?FIELD=VALUE&... (default: SmolLM2's task, two one-digit terms of a "
+                             "chain sum, or --dataset's grid)")
     parser.add_argument("--dataset", default=None,
                         help="a reasoning-gym dataset whose --grid to sweep (chain_sum, ...)")
     parser.add_argument("--grid", nargs="*", default=[], metavar="AXIS",
@@ -95,7 +96,8 @@ def print_table(rows: list[dict], console: Console | None = None) -> None:
                           "conservative for partial credit; Δ: vs the task's first temperature, Newcombe's interval; "
                           "solved, stated, answer line: shares with 95% Wilson intervals; len: mean completion "
                           "tokens; limit: share that hit --max-new-tokens")
-    for col in ("task", "T", "reward % [95% CI]", "Δ pts [95% CI]", "solved % [95% CI] k/n", "stated % [95% CI]",
+    table.add_column("task", overflow="fold")  # a spec is long: wrap it rather than cut its settings
+    for col in ("T", "reward % [95% CI]", "Δ pts [95% CI]", "solved % [95% CI] k/n", "stated % [95% CI]",
                 "answer line % [95% CI]", "len", "limit %"):
         table.add_column(col, justify="right")
     for r in rows:

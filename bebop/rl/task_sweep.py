@@ -41,7 +41,7 @@ import torch
 from bebop.completions import complete
 from bebop.data.prompt_options import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
-from bebop.data.tasks.gym import GymTask, answer_line, is_number, stated_answer
+from bebop.data.tasks.gym import SMOLLM2_TASK, GymTask, answer_line, is_number, stated_answer
 from bebop.data.tasks.gym_spec import PREFIX, is_gym_spec
 from bebop.device import check_device_name
 from bebop.engine import Engine, GenerationConfig
@@ -56,7 +56,7 @@ SAMPLES_PER_ROW = 4  # completions written to the samples stream per row
 
 @dataclass(frozen=True)
 class TaskSweepConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
-    tasks: tuple[str, ...] = ("gym:chain_sum?max_terms=2&max_digits=1",)
+    tasks: tuple[str, ...] = (SMOLLM2_TASK,)
     temperatures: tuple[float, ...] = (1.0, 0.0)  # 0 = greedy
     num_problems: int = 64
     max_new_tokens: int = 32
@@ -91,8 +91,7 @@ class TaskSweepConfig(PromptOptions):  # + prompt_key, answer_key, chat_template
     @classmethod
     def tiny(cls, **overrides) -> "TaskSweepConfig":
         """Seconds on the embedded default: two settings, four problems, eight tokens."""
-        return cls(**{"tasks": ("gym:chain_sum?max_terms=2&max_digits=1",
-                                "gym:chain_sum?min_terms=3&max_terms=3&max_digits=1"),
+        return cls(**{"tasks": (SMOLLM2_TASK, "gym:chain_sum?min_terms=3&max_terms=3&max_digits=1"),
                       "num_problems": 4, "max_new_tokens": 8, **overrides})
 
 
