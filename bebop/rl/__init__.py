@@ -8,7 +8,8 @@ RS with the MTP head), GRPO updates it, and the head stays frozen or trains onli
 Modules: `config` (RLConfig), `grpo` (advantages and loss, pure functions), `batch` (rollouts -> update batch),
 `shared_prompt` (the update's shared-prompt layout), `online_mtp` (frozen | online-tv | online-ce), `resume`
 (atomic checkpoints), `trainer` (sync/async), `draft_health` (the entropy law's residual per step), `compare` (one
-job under several rollout settings, side by side), `synthetic` (preview runs for the dashboard, without training).
+job under several rollout settings, side by side), `synthetic` (preview runs for the dashboard, without training),
+`task_sweep` (a policy's start reward on reasoning-gym tasks by difficulty: `bebop task-sweep`).
 The command is `bebop rl`.
 
 The names are imported lazily, as in `bebop`: the dashboard and the synthetic runs read the run vocabulary from
