@@ -47,6 +47,7 @@ def test_a_spec_sets_typed_config_fields_and_reads_back():
     ("gym:chain_sum?size=3", "'size' is not a setting"),
     ("gym:chain_sum?max_terms", "'max_terms' is not FIELD=VALUE"),
     ("gym:chain_sum?max_terms=3&max_terms=4", "given twice"),
+    ("gym:rearc?rng_difficulty_ranges=1,2", "which a spec cannot set"),  # a list of pairs
 ])
 def test_a_bad_spec_is_one_line_naming_the_problem(spec, match):
     for check in (parse_spec, lambda s: check_task_names([s])):

@@ -1,7 +1,7 @@
 """reasoning-gym datasets as bebop tasks: procedural problems with a difficulty knob, generated and scored offline.
 
     task = bebop.data.tasks.get("gym:chain_sum?max_terms=2&max_digits=1")   # the spec: `gym_spec`
-    task.sample(8, seed=0)        # Example(prompt=the dataset's question + "\n", answer="7", level=1, meta=...)
+    task.sample(8, seed=0)        # Example(prompt=the dataset's question + "\\n", answer="7", level=1, meta=...)
     task.reward(example, "4 + 3 = 7")                                        # 1.0, the dataset's own scorer
     task.heldout().sample(64, seed=0)                                        # problems RL never trains on
 
@@ -9,7 +9,7 @@ Prompt: the dataset's question as it is, then a newline. Its questions already a
 ("State the final answer to the following arithmetic problem: 4 + 3 ="), and it reads the same as a chat user turn
 or as a raw prompt. No answer-format instruction is added, by measurement (docs/tasks.md): on SmolLM2-135M-Instruct
 (chat template, 48 held-out two-term one-digit chain sums) asking for a final line `answer: <your answer>` cut the
-mean reward at T = 1 from 26% to 5% and greedy from 25% to 7-12%, and the model wrote that line in at most 2 of 48.
+mean reward at T = 1 from 26% to 5% and greedy from 25% to 7%, and the model wrote that line in at most 2 of 48.
 
 Answer extraction (what the scorer is handed): the text of the last `answer:` line (bebop's rule, `base`; case and
 markdown emphasis aside), else, when the reference answer is a number, the last number in the completion, else its
@@ -22,11 +22,12 @@ otherwise and for no answer. Malformed output is 0.0, never an error.
 
 Problems: item i of the stream for `seed` is reasoning-gym's item with seed `seed * STREAM + i` (its datasets draw
 item j of seed s from `random.Random(s + j)`), so `sample(k, seed)` is a prefix of `sample(n, seed)` and streams of
-different seeds share no item seed. Splits: a question is held out when the SHA-256 of its text falls in one of
-HELDOUT_EVERY buckets, else it is a training question; each split's stream keeps only its own questions, so train
-and held-out share no question even where a small setting has only a few hundred distinct ones (two one-digit
-terms: 200), which disjoint seed ranges alone would not ensure. A dataset is a single level (`levels == (1,)`): the
-difficulty is in the spec. It has no teacher: `demonstration` raises (`bebop pretrain` teaches the built-ins).
+different seeds share no item seed (within 2^20 draws each). Splits: a question is held out when the SHA-256 of its
+text falls in one of HELDOUT_EVERY buckets, else it is a training question; each split's stream keeps only its own
+questions, so train and held-out share no question even where a small setting has only a few hundred distinct ones
+(two one-digit terms: 200, 46 held out), which disjoint seed ranges alone would not ensure. A dataset is a single
+level (`levels == (1,)`): the difficulty is in the spec. It has no teacher: `demonstration` raises (`bebop pretrain`
+teaches the built-ins).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def stated_answer(completion: str, numeric: bool) -> str | None:
 
 
 def is_number(text: str) -> bool:
+    """Whether a reference answer is one number (then a completion without an answer line answers its last one)."""
     return _NUMBER.fullmatch(text.strip()) is not None
 
 

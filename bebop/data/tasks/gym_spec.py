@@ -137,6 +137,8 @@ def _parse(spec: str, field: str, text: str, kind: Any) -> Any:
         return None if text.lower() == "none" else _parse(spec, field, text, inner[0] if len(inner) == 1 else Any)
     if origin in (list, tuple, collections.abc.Sequence):
         item = args[0] if args and args[0] is not Ellipsis else str
+        if typing.get_origin(item) not in (None, typing.Literal):  # a list of tuples has no comma-separated form
+            raise ValueError(f"task {spec!r}: {field} holds {kind}, which a spec cannot set")
         items = [_parse(spec, field, part, item) for part in text.split(",")] if text else []
         return tuple(items)  # a tuple for a list field too: the spec stays hashable, the dataset reads either
     if origin is typing.Literal:
