@@ -21,6 +21,7 @@ COMPUTING = [name for name in COMMANDS if name not in ("dashboard", "make-checkp
 ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", "--run-dir", "{tmp}/mtp"],
         "eval-mtp": ["eval-mtp", "--run-dir", "{tmp}/eval"], "demo": ["demo", "--out", "{tmp}/demo"],
         "pretrain": ["pretrain", "--tiny", "--run-dir", "{tmp}/pre"],
+        "task-sweep": ["task-sweep", "--run-dir", "{tmp}/sweep"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
         "bench depth": ["bench", "depth"],
         "bench train-mtp": ["bench", "train-mtp"]}
