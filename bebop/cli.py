@@ -15,6 +15,8 @@ COMMANDS = {
     "pretrain": ("bebop.commands.pretrain", "train the tiny policy on task demonstrations (the embedded default)"),
     "train-mtp": ("bebop.commands.train_mtp", "pre-RL MTP head training on a frozen policy with one of the five losses"),
     "eval-mtp": ("bebop.commands.eval_mtp", "acceptance of MTP heads by method, temperature and task (Table 2, entropy law)"),
+    "task-sweep": ("bebop.commands.task_sweep",
+                   "a policy's start reward on reasoning-gym tasks across difficulty settings (needs bebop[gym])"),
     "get-model": ("bebop.commands.get_model",
                   "a real pretrained model (smollm2, or any .gguf file) as a local checkpoint, converted once, offline"),
     "make-checkpoint": ("bebop.commands.make_checkpoint",

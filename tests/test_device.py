@@ -17,10 +17,13 @@ from bebop.device import autocast, check_device_name, resolve_device, resolve_dt
 # Commands that compute (the dashboard serves files; make-checkpoint writes random weights without computing;
 # get-model converts a file on the host; preview writes simulated runs).
 COMPUTING = [name for name in COMMANDS if name not in ("dashboard", "make-checkpoint", "get-model", "preview")]
+# `bench memory` computes nothing itself: it runs whole jobs, each with its own --device.
+BENCHES = {name: spec for name, spec in BENCHMARKS.items() if name != "memory"}
 # The smallest valid command line of each, so only the device is wrong.
 ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", "--run-dir", "{tmp}/mtp"],
         "eval-mtp": ["eval-mtp", "--run-dir", "{tmp}/eval"], "demo": ["demo", "--out", "{tmp}/demo"],
         "pretrain": ["pretrain", "--tiny", "--run-dir", "{tmp}/pre"],
+        "task-sweep": ["task-sweep", "--run-dir", "{tmp}/sweep"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
         "bench depth": ["bench", "depth"],
         "bench train-mtp": ["bench", "train-mtp"]}
@@ -32,14 +35,14 @@ def _parser(module: str) -> argparse.ArgumentParser:
     return parser
 
 
-@pytest.mark.parametrize("module", [COMMANDS[n][0] for n in COMPUTING] + [m for m, _ in BENCHMARKS.values()])
+@pytest.mark.parametrize("module", [COMMANDS[n][0] for n in COMPUTING] + [m for m, _ in BENCHES.values()])
 def test_every_computing_command_takes_device_and_dtype(module):
     options = {o for action in _parser(module)._actions for o in action.option_strings}
     assert {"--device", "--dtype"} <= options, module
 
 
 def test_the_command_list_covers_every_computing_command():
-    assert set(ARGS) == set(COMPUTING) | {f"bench {name}" for name in BENCHMARKS}
+    assert set(ARGS) == set(COMPUTING) | {f"bench {name}" for name in BENCHES}
 
 
 @pytest.mark.parametrize("command", sorted(ARGS))

@@ -155,8 +155,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", nargs="+", default=list(d.methods), help="to and/or rs")
     parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures))
     parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
-                        help="built-in tasks and/or datasets: jsonl:PATH, parquet:PATH, a save_to_disk directory "
-                             "(default: %(default)s)")
+                        help="built-in tasks and/or datasets: jsonl:PATH, parquet:PATH, a save_to_disk directory, "
+                             "gym:NAME?FIELD=VALUE&... (reasoning-gym) (default: %(default)s)")
     add_prompt_args(parser)
     parser.add_argument("--gamma", type=int, default=d.gamma)
     parser.add_argument("--num-prompts", type=int, default=d.num_prompts)

@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="quick", help=f"one of {list(PRESETS)} (default: %(default)s)")
     parser.add_argument("--task", default="math",
                         help=f"one of {list(TASKS)}, or a dataset: jsonl:PATH, parquet:PATH or a save_to_disk "
-                             "directory (default: %(default)s)")
+                             "directory, or a reasoning-gym task: gym:NAME?FIELD=VALUE&... (docs/tasks.md) "
+                             "(default: %(default)s)")
     parser.add_argument("--rollout", default="rs",
                         help=f"one of {list(ROLLOUTS)}; none = plain decoding, no MTP (default: %(default)s)")
     parser.add_argument("--mtp", default="frozen",

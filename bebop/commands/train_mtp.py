@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, default=d.depth, help="γ_train recursive draft steps")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="rollout temperature")
     parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
-                        help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory) "
-                             "the policy answers for the head's training data (default: %(default)s)")
+                        help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory, "
+                             "gym:NAME?...) the policy answers for the head's training data (default: %(default)s)")
     add_prompt_args(parser)
     parser.add_argument("--num-sequences", type=int, default=d.num_sequences)
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per self-generated completion")

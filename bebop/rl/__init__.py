@@ -10,7 +10,8 @@ through a rollout backend -> update batch), `shared_prompt` (the update's shared
 (frozen | online-tv | online-ce), `resume` (atomic checkpoints), `build` (`build_trainer`: the task, prompt format,
 backend, writer and checks composed, a `Trainer` handed the parts), `trainer` (sync/async), `draft_health` (the
 entropy law's residual per step), `compare` (one job under several rollout settings, side by side), `synthetic`
-(preview runs for the dashboard, without training).
+(preview runs for the dashboard, without training), `task_sweep` (a policy's start reward on reasoning-gym tasks by difficulty:
+`bebop task-sweep`).
 The command is `bebop rl`.
 
 The names are imported lazily, as in `bebop`: the dashboard and the synthetic runs read the run vocabulary from

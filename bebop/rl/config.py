@@ -58,8 +58,9 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     backend: str = "bebop"  # rollouts from "bebop"'s engine or "vllm" (colocated, weights pushed after each update)
 
     def __post_init__(self) -> None:
-        dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
-        if not dataset:  # a dataset spec is checked where it is read (bebop.data.tasks.get)
+        spec = ("jsonl:", "parquet:", "gym:")  # torch-free here: bebop.data.tasks checks what a spec names
+        dataset = isinstance(self.task, str) and (self.task.startswith(spec) or Path(self.task).is_dir())
+        if not dataset:  # a dataset or gym spec is checked where it is read (bebop.data.tasks.get)
             check_choice(self, "task", TASKS)
         check_choice(self, "method", ROLLOUTS, label="rollout method")
         for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),

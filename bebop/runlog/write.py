@@ -30,7 +30,7 @@ from typing import Any
 from bebop.files import atomic_open, read_json
 from bebop.runlog.mirror import Mirror
 
-KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo")
+KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo", "task-sweep")
 STATES = ("running", "finished", "failed")
 HEARTBEAT_EVERY_S = 1.0  # log() refreshes status.json at most this often
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -9,6 +9,8 @@
 A dataset is a spec instead of a name: `get("jsonl:PATH")`, `get("parquet:PATH")` or `get(DIR)` for a directory
 saved with `datasets`' `save_to_disk`, with a `DatasetConfig` for its column names (see `dataset`); rows in the
 HumanEval / MBPP layout (prompt, test, entry_point) are code rewarded by their tests (see `code_tests`).
+A reasoning-gym dataset is `get("gym:chain_sum?max_terms=2&max_digits=1")`: its config fields set the difficulty (see
+`gym_spec`; reasoning-gym is the optional extra `bebop[gym]`), its held-out questions are `task.heldout()` (see `gym`).
 
 See `base` for the shared contract, and each module for its texts, levels and verifier.
 """
@@ -22,6 +24,8 @@ from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_comple
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
 from bebop.data.tasks.code_tests import CodeTestsConfig, CodeTestsTask, program_text
 from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_config, dataset_task, is_dataset_spec
+from bebop.data.tasks.gym import GymTask
+from bebop.data.tasks.gym_spec import GymSpec, is_gym_spec, parse_spec
 from bebop.data.tasks.math import MathConfig, MathTask
 
 TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent": (AgentTask, AgentConfig)}
@@ -35,6 +39,10 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
     file, a key the dataset lacks (naming its columns) or an empty dataset."""
     if not isinstance(name, str):
         raise ValueError(f"a task name must be a string, got {type(name).__name__}")
+    if is_gym_spec(name):  # the spec is the whole config (a job's dataset columns do not apply to it)
+        if config is not None and not isinstance(config, DatasetConfig):
+            raise ValueError(f"task {name!r} takes its settings in the spec, not a {type(config).__name__}")
+        return GymTask(name)
     if name in TASKS:
         task_cls, config_cls = TASKS[name]
         config = None if isinstance(config, DatasetConfig) else config
@@ -42,7 +50,7 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
         task_cls, config_cls = DatasetTask, DatasetConfig
     else:
         raise ValueError(f"unknown task {name!r}; valid names: {sorted(TASKS)}, or a dataset: jsonl:PATH, "
-                         "parquet:PATH or a directory saved with datasets' save_to_disk")
+                         "parquet:PATH or a directory saved with datasets' save_to_disk, or gym:NAME?FIELD=VALUE&...")
     if config is not None and not isinstance(config, config_cls):
         raise ValueError(f"config for {name!r} must be a {config_cls.__name__}, got {type(config).__name__}")
     return dataset_task(name, config) if task_cls is DatasetTask else task_cls(config)
@@ -56,7 +64,9 @@ def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
     if not names:
         raise ValueError(f"no task given; valid names: {sorted(TASKS)}, or a dataset spec")
     for name in names:
-        if not isinstance(name, str) or name not in TASKS and not is_dataset_spec(name):
+        if is_gym_spec(name):
+            parse_spec(name)  # the dataset and its settings, checked against its config (no problem is drawn)
+        elif not isinstance(name, str) or name not in TASKS and not is_dataset_spec(name):
             get(name)  # the one-line refusal of a name that is neither
     return names
 
@@ -66,5 +76,5 @@ __all__ = [
     "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",
-    "program_text",
+    "program_text", "GymTask", "GymSpec", "is_gym_spec", "parse_spec",
 ]  # fmt: skip
