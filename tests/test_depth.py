@@ -155,16 +155,16 @@ def test_the_best_depth_shrinks_as_rows_make_verification_expensive():
     assert mode(many[-100:]) < mode(few[-100:])
 
 
-def test_a_new_row_bucket_starts_from_what_other_buckets_measured():
+def test_a_new_row_bucket_times_plain_decoding_first_and_prices_deep_depths_from_other_buckets():
     controller = DepthController(DepthConfig(max_gamma=5))
     _run(controller, 32, 50, _cpu_like, alpha=0.8)
-    start = controller.decide(32).gamma
-    # Scaled from bucket 32 (nothing measured at 4 yet): its best depth there, not a re-exploration from 0, run
-    # twice (its first step at a new shape does not count), and from then on the others are scaled from it.
+    # Nothing measured at 4 rows yet: the bucket times plain decoding first, twice (a first step at a new shape
+    # does not count), as every bucket starts; it does not borrow bucket 32's best depth.
     for _ in range(2):
         choice = controller.decide(4)
-        assert choice.probe and choice.gamma == start
+        assert choice.probe and choice.gamma == 0
         controller.observe(4, choice.gamma, _cpu_like(4, choice.gamma), [choice.gamma] * 4)
+    # A depth it has not timed is priced from bucket 32's timing of it (scaled), not left unpriced.
     assert controller.cost(4, 5) is not None and (4, 5) not in controller.cost_table()
 
 

@@ -192,9 +192,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}")
     return 0
 
-
-if __name__ == "__main__":
-    import sys
-    parser = argparse.ArgumentParser(prog="bebop eval-mtp", description=__doc__)
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))

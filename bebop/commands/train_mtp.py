@@ -106,10 +106,3 @@ def run(args: argparse.Namespace) -> int:
           + (f"; head: {args.out}" if args.out else ""))
     return 0
 
-
-if __name__ == "__main__":
-    import sys
-
-    parser = argparse.ArgumentParser(prog="bebop train-mtp", description=__doc__)
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))
