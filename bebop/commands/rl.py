@@ -4,6 +4,7 @@
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
     bebop rl --backend vllm --rollout none --out runs/rl-math-vllm   # rollouts in an in-process vLLM (bebop[vllm])
+    bebop rl --entropy-target 0.6 --out runs/rl-entropy               # TRL's adaptive entropy bonus toward 0.6 nats
 
 The policy is the embedded default unless `--policy` names a checkpoint directory in the Hugging Face layout with
 its tokenizer, or a hub id; `--head` picks the MTP head: a head saved beside the policy (POLICY/heads/NAME), the
@@ -24,6 +25,7 @@ from bebop.default import shipped_heads
 from bebop.device import resolve_device
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
@@ -72,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help=f"steps between checkpoints (0 = only at the end); {_preset_default('checkpoint_every')}")
+    add_entropy_arguments(parser)
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
@@ -81,9 +84,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mirror_arguments(parser)
 
 
+def add_entropy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The GRPO loss's entropy bonus, under TRL's names (bebop.rl.entropy_control)."""
+    parser.add_argument("--entropy-coef", type=float, default=None,
+                        help="the loss's entropy bonus coefficient c (L - c·H, H the policy's token-mean entropy; "
+                             "< 0 sharpens); with --entropy-target, the adaptive rule's start (default: 0, no bonus)")
+    parser.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
+                        help="TRL's adaptive rule: each step c rises by --entropy-coef-delta while the policy's mean "
+                             "entropy is at or below NATS, falls otherwise, and applies only at or below it "
+                             "(default: none, a constant c)")
+    for flag, default, what in (("--entropy-coef-min", COEF_MIN, "lowest"), ("--entropy-coef-max", COEF_MAX, "highest"),
+                                ("--entropy-coef-delta", COEF_DELTA, "step per RL step of the")):
+        parser.add_argument(flag, type=float, default=None,
+                            help=f"with --entropy-target, the {what} coefficient (default: {default}, TRL's)")
+
+
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every")
+    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every",
+             "entropy_coef", "entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta")
+    adaptive_only = [f"--{k.replace('_', '-')}" for k in names[-3:] if getattr(args, k) is not None]
+    if adaptive_only and args.entropy_target is None:
+        raise ValueError(f"{', '.join(adaptive_only)} bound or step the adaptive entropy coefficient: pass "
+                         "--entropy-target too")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
     return RLConfig.preset(args.preset, task=args.task, method=args.rollout, mtp=args.mtp,
@@ -131,3 +155,4 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
               f"{last['critic/score/mean']:.3f}, step time {last['timing_s/step']:.2f}s")
     print(watch)
     return 0
+

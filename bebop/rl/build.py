@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -96,9 +96,10 @@ def finished_step(run_dir: Path, config: RLConfig) -> int | None:
 
 
 def check_resumable(saved: dict, config: RLConfig) -> None:
-    """A checkpoint's config (read with earlier field names as today's) differs from `config` only in
-    RESUMABLE_CHANGES."""
-    saved, current = renamed(saved), config.to_dict()
+    """A checkpoint's config (read with earlier field names as today's, a field it predates as its default) differs
+    from `config` only in RESUMABLE_CHANGES."""
+    defaults = {f.name: f.default for f in fields(RLConfig)}
+    saved, current = {**defaults, **renamed(saved)}, config.to_dict()
     changed = {k: (saved.get(k), v) for k, v in current.items() if k not in RESUMABLE_CHANGES and saved.get(k) != v}
     if changed:
         raise ValueError(f"cannot resume with a different config (checkpoint, now): {changed}")

@@ -16,7 +16,8 @@ and the generation actually overlapped (`timing_s/overlap`).
 
 Per step, the `train` stream gets one record (DESIGN.md names: `critic/score/mean`, `actor/*`,
 `response_length/mean`, `spec/*` counters, `mtp/*`, `timing_s/*`, `perf/throughput`) and the `samples`
-stream a few completions with per-token pieces, origins and entropies for the dashboard.
+stream a few completions with per-token pieces, origins and entropies for the dashboard. With an entropy bonus
+(`bebop.rl.entropy_control`) the train record carries its coefficient and size.
 
 The parts come from the caller (`bebop.rl.build`: the task, the prompt format, the rollout backend, the run writer).
 Resume (`Trainer.resume`): the checkpoint was read before the run directory was touched; the run log is rewound to
@@ -44,7 +45,8 @@ from bebop.models.mtp import check_head_fits
 from bebop.rl.batch import RolloutBatch, Rollouts, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
-from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_logprobs
+from bebop.rl.entropy_control import EntropyControl
+from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_entropy, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
 from bebop.rl.parallel import combine_records, empty_micro_batches, rank_block, rank_seed
 from bebop.rl.resume import save_checkpoint
@@ -101,6 +103,7 @@ class Trainer:
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
                                 depth=config.online_depth, temperature=config.temperature,
                                 vocab_limit=self.vocab_limit)
+        self.entropy = EntropyControl.from_config(config)  # the entropy bonus's coefficient, state when adaptive
         self.start_step, self.version = 0, 0
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
         self._signal = (0, False)  # (groups so far, any with a signal)
@@ -128,6 +131,7 @@ class Trainer:
             if self.head is not None:
                 self.head.load_state_dict(state["head"])
             self.online.load_state_dict(state["mtp_optimizer"])
+            self.entropy.load_state_dict(state.get("entropy_control"))  # an optional key: absent in earlier runs'
         except (RuntimeError, KeyError, ValueError) as err:  # e.g. optimizer state saved for other parameters
             raise ValueError(f"checkpoint in {self.writer.path} does not fit this model: {err}") from err
         torch.set_rng_state(state["rng"])
@@ -141,7 +145,8 @@ class Trainer:
                 "step": step, "policy": policy, "optimizer": optimizer, "world_size": self.world,
                 "head": None if self.head is None else self.head.state_dict(),
                 "mtp_optimizer": self.online.state_dict(), "rng": torch.get_rng_state(),
-                "policy_version": self.version, "config": self.config.to_dict()})
+                "policy_version": self.version, "config": self.config.to_dict(),
+                "entropy_control": self.entropy.state_dict()})
         distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     # ------------------------------------------------------------------------------------- generation
@@ -181,6 +186,7 @@ class Trainer:
         d = self.policy.config.hidden_size
         hidden = torch.zeros(N, L, d, device=self.device) if keep else None  # [N, L, d]; no [N, L, V] logits
         totals: dict[str, torch.Tensor] = {}
+        entropy_coef = self.entropy.coefficient
         self.optimizer.zero_grad(set_to_none=True)
         groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
         parts = micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), c.micro_batch_tokens)
@@ -188,7 +194,7 @@ class Trainer:
             layout = SharedPromptLayout(batch, part)
             if k >= len(parts):  # an empty micro-batch: the same collectives as the other ranks', no gradient
                 layout = layout.emptied()
-            stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens)
+            stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens, entropy_coef)
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
             if keep:
@@ -202,11 +208,20 @@ class Trainer:
         end = time.perf_counter()
         metrics = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
         metrics.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
-                        "timing_s/update_actor": mid - start, "timing_s/update_mtp": end - mid})
+                        **self._adapt_entropy(totals, entropy_coef), "timing_s/update_actor": mid - start,
+                        "timing_s/update_mtp": end - mid})
         return UpdateResult(metrics, (start, end))
 
-    def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor,
-                    num_tokens: torch.Tensor) -> tuple[dict, SharedOutputs]:
+    def _adapt_entropy(self, totals: dict, applied: float) -> dict[str, float]:
+        """The entropy bonus's train fields (none without one); the adaptive rule reads the step's global entropy."""
+        if not self.entropy.active:
+            return {}
+        self.entropy.observe(float(distributed.all_reduce(totals["entropy_current"])))
+        extra = {"actor/entropy_coef_next": self.entropy.coef} if self.entropy.adaptive else {}
+        return {"actor/entropy_coef": applied, **extra}
+
+    def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor, num_tokens: torch.Tensor,
+                    entropy_coef: float) -> tuple[dict, SharedOutputs]:
         """Forward and backward over one micro-batch; returns its stats and the policy's outputs on it."""
         c = self.config
         with autocast(self.device, self.gen_dtype):
@@ -218,8 +233,11 @@ class Trainer:
             with torch.no_grad():
                 ref_logprobs = token_logprobs(layout.row_logits(layout.forward(self.reference)), layout.suffix,
                                               c.temperature, vocab_limit=self.vocab_limit)
+        entropies = (token_entropy(row_logits, c.temperature, vocab_limit=self.vocab_limit)  # [n, S]
+                     if self.entropy.active else None)
         loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
-                                ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
+                                ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens,
+                                entropies=entropies, entropy_coef=entropy_coef)
         loss.backward()
         if not self.rollouts.backend.full_logprobs:  # rollouts without entropies (vLLM, a large vocabulary)
             with torch.no_grad():  # summed over micro-batches into actor/entropy (entropy_source "update")
