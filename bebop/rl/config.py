@@ -7,7 +7,8 @@ step's fresh rollouts with its own optimiser), `mode` is "async" (generation of 
 update of step t) or "sync".
 
 `entropy_coef` / `entropy_target` are the GRPO loss's entropy bonus (TRL's names; a constant coefficient, or its
-adaptive rule toward a target entropy, with TRL's bounds and step: `bebop.rl.entropy_control`).
+adaptive rule toward a target entropy, with TRL's bounds and step: `bebop.rl.entropy_control`). `shadow_heads`
+names heads scored on every step's rollouts beside the run's own (`bebop.rl.shadow_spec`, `bebop.rl.shadow`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
 from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
+from bebop.rl.shadow_spec import parse_shadow_specs
 
 TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")  # RLConfig.method's values: how rollouts are decoded
@@ -66,6 +68,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     entropy_coef_min: float = COEF_MIN  # the adaptive rule's bounds on c and its step per RL step (TRL's defaults)
     entropy_coef_max: float = COEF_MAX
     entropy_coef_delta: float = COEF_DELTA
+    shadow_heads: tuple[str, ...] = ()  # [LABEL=][STRATEGY:]HEAD each: scored on every step's rollouts
 
     def __post_init__(self) -> None:
         dataset = isinstance(self.task, str) and (self.task.startswith(("jsonl:", "parquet:")) or Path(self.task).is_dir())
@@ -97,6 +100,10 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout method (--rollout) "
                              "'to' or 'rs' (with 'none' there is no head)")
         self._check_entropy_fields()
+        if isinstance(self.shadow_heads, str) or not all(isinstance(s, str) for s in self.shadow_heads):
+            raise ValueError(f"RLConfig.shadow_heads must be a sequence of head specs, got {self.shadow_heads!r}")
+        object.__setattr__(self, "shadow_heads", tuple(self.shadow_heads))  # a saved config's list reads back
+        parse_shadow_specs(self.shadow_heads)
 
     def _check_entropy_fields(self) -> None:
         check_number(self, "entropy_coef", low=-math.inf, high=math.inf, open_low=True, open_high=True)
@@ -146,11 +153,14 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         return cls(**{**base, **renamed(overrides)})
 
     @property
-    def online_depth(self) -> int:
-        """The online head loss's chain depth: mtp_depth, else as deep as rollouts draft (gamma; max_gamma if auto)."""
-        if self.mtp_depth is not None:
-            return self.mtp_depth
+    def draft_depth(self) -> int:
+        """As deep as rollouts draft: gamma, or max_gamma under "auto" (the depth shadow heads are scored at)."""
         return self.max_gamma if self.gamma == "auto" else self.gamma
+
+    @property
+    def online_depth(self) -> int:
+        """The online head loss's chain depth: mtp_depth, else as deep as rollouts draft (`draft_depth`)."""
+        return self.draft_depth if self.mtp_depth is None else self.mtp_depth
 
     def replace(self, **changes: Any) -> "RLConfig":
         return replace(self, **renamed(changes))
