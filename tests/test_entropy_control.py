@@ -119,7 +119,8 @@ def test_resume_reproduces_the_adaptive_coefficient(peaked, tok, tmp_path):
     for key in ("actor/entropy_coef", "actor/entropy_coef_next"):
         assert [r[key] for r in resumed] == pytest.approx([r[key] for r in whole[3:]], abs=1e-12), key
     assert whole[3]["actor/entropy_coef"] == pytest.approx(0.03)  # three steps at or below the target: 3δ
-    assert [r["actor/entropy_current"] for r in resumed] == pytest.approx([r["actor/entropy_current"] for r in whole[3:]])
+    current = [r["actor/entropy_current"] for r in whole[3:]]
+    assert [r["actor/entropy_current"] for r in resumed] == pytest.approx(current)
 
 
 def test_with_the_knob_off_the_update_computes_no_entropy_and_logs_no_new_field(pair, tok, tmp_path, monkeypatch):

@@ -91,8 +91,9 @@ def _batch(tok, depth_rows=(9, 6, 11, 4), prompt=(5, 7)):
             p = torch.randint(3, tok.vocab_size, (prompt[i // 2],), generator=g).tolist()
         prompts.append(p)
         tokens.append(torch.randint(3, tok.vocab_size, (length,), generator=g).tolist())
-    rollout = Rollout(tokens=tokens, logprobs=[[-1.0] * len(t) for t in tokens], entropy=[[0.5] * len(t) for t in tokens],
-                      origin=[["plain"] * len(t) for t in tokens], finish_reason=["stop"] * 4, stops=[Stop()] * 4)
+    rollout = Rollout(tokens=tokens, logprobs=[[-1.0] * len(t) for t in tokens],
+                      entropy=[[0.5] * len(t) for t in tokens], origin=[["plain"] * len(t) for t in tokens],
+                      finish_reason=["stop"] * 4, stops=[Stop()] * 4)
     return RolloutBatch([None] * 4, prompts, rollout, ["x"] * 4, torch.zeros(4), *align(prompts, rollout, 0),
                         policy_version=0, gen_time_s=0.0, gen_interval=(0.0, 0.0))
 
@@ -112,7 +113,8 @@ def _dense_expectation(model, head, batch, depth, temperature):
         accepted = alpha.cumprod(-1)
         reached = torch.cat([torch.ones_like(accepted[:, :1]), accepted[:, :-1]], -1)
         per_bin = {int(k): (float(reached[bins == k].sum()), float(accepted[bins == k].sum())) for k in bins.unique()}
-        out[rule] = (accepted.sum(0), reached.sum(0), per_bin, 1 + float(accepted.sum(-1).mean()), float(entropy.mean()))
+        accept_length = 1 + float(accepted.sum(-1).mean())
+        out[rule] = (accepted.sum(0), reached.sum(0), per_bin, accept_length, float(entropy.mean()))
     return out, int(mask.sum())
 
 

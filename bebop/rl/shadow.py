@@ -46,7 +46,7 @@ class ShadowHead:
     label: str
     strategy: str  # frozen | online-tv | online-ce
     head: MTPHead
-    online: OnlineMTP | None = None  # the shadow's own trainer (None: frozen, or the rollout head, which the run trains)
+    online: OnlineMTP | None = None  # its own trainer (None: frozen, or the rollout head, which the run trains)
 
 
 class ShadowHeads:

@@ -28,6 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from bebop.losses_from_hidden import CHUNK_ELEMENTS
 from bebop.metrics import ENTROPY_BIN_EDGES, derive
 from bebop.models.mtp import chain_targets
 from bebop.sampling import entropy, probs_from_logits
@@ -52,11 +53,13 @@ def scored_anchors(tokens: torch.Tensor, lengths: torch.Tensor, prompt_lengths: 
 
 
 def position_entropy(hidden: torch.Tensor, weight: torch.Tensor, needed: torch.Tensor, temperature: float,
-                     chunk_rows: int = 1024) -> torch.Tensor:
+                     chunk_rows: int | None = None) -> torch.Tensor:
     """H(p) at the positions `needed` [N, L] bool (0 elsewhere): hidden [N, L, d] through the LM head weight [V, d],
-    `chunk_rows` positions at a time (never an [N, L, V] tensor) -> float32 [N, L]."""
+    `chunk_rows` positions at a time (default: chunks of the losses' size, never an [N, L, V] tensor) -> float32
+    [N, L]."""
     out = torch.zeros(needed.shape, dtype=torch.float32, device=hidden.device)  # [N, L]
     rows = hidden[needed]  # [P, d]
+    chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
     values = [entropy(probs_from_logits(F.linear(part.to(weight.dtype), weight), temperature))  # [R]
               for part in rows.split(chunk_rows)]
     if values:
