@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shadow-heads", nargs="+", default=None, metavar="HEAD",
                         help="heads scored on every step's rollouts beside the run's own (labelled 'rollout'), both "
                              "rules, into the shadow stream: [LABEL=][online-tv:|online-ce:]HEAD, HEAD as --head takes "
-                             "it; an online one is a copy trained on the same rollouts (docs/runs.md)")
+                             "it; an online one is a copy trained on the same rollouts (docs/runs.md) (default: none)")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
