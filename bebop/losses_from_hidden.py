@@ -12,6 +12,9 @@ other:
                        of its full logits at each position (`target_lse`: cached by the data pass that ran the whole
                        LM head once; without it computed here, in chunks, with no graph). A step costs K/V of the
                        LM head's matmuls. What each loss means on S: `bebop.losses.step_values_on_vocab`.
+
+`acceptances_from_hidden` scores instead of training: both rules' acceptance (RS's Σ min(p, q), TO's p(argmax q))
+from the same chunks, with no graph (the RL run's shadow heads, `bebop.rl.shadow`).
 """
 
 from __future__ import annotations
@@ -87,6 +90,45 @@ def acceptance_alpha_from_hidden(draft_hidden: torch.Tensor, target_hidden: torc
     lse_rows = _lse_rows(readout, target_rows, mask, draft_hidden.shape[:3])
     alpha, _ = _chunked_step_values("tv", draft_rows, target_rows, None, readout, lse_rows)
     return alpha.reshape(-1, draft_hidden.shape[2])  # [M, γ]
+
+
+def acceptances_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Tensor, lm_head_weight: torch.Tensor, *,
+                            mask: torch.Tensor | None = None, temperature: float = 1.0, chunk_rows: int | None = None,
+                            draft_ids: torch.Tensor | None = None, target_lse: torch.Tensor | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both verification rules' acceptance of each valid (anchor, step), from one trip of the rows through the LM
+    head and without a graph (scoring, not training): float32 [M, γ] each,
+
+        RS  α = Σ min(p, q)      (`acceptance_alpha_from_hidden`'s, the same chunks' values)
+        TO  α = p(argmax q)      the greedy draft's chance to pass
+
+    With `draft_ids` the argmax runs over S and p there is exact (`target_lse`, or computed here)."""
+    readout = Readout(lm_head_weight, temperature, chunk_rows, draft_ids, target_lse)
+    check_temperature(temperature)
+    with torch.no_grad():
+        draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
+        lse_rows = _lse_rows(readout, target_rows, mask, draft_hidden.shape[:3])  # [M·γ] | None
+        weight = lm_head_weight.detach() if draft_ids is None else lm_head_weight.detach()[draft_ids]  # [V | K, d]
+        rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+        parts = [_rows_acceptances(draft, target, weight, temperature,
+                                   None if lse_rows is None else lse_rows[i * rows:(i + 1) * rows])
+                 for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows)))]
+    depth = draft_hidden.shape[2]
+    return tuple(torch.cat([part[rule] for part in parts]).reshape(-1, depth) for rule in (0, 1))  # [M, γ] x2
+
+
+def _rows_acceptances(draft_rows: torch.Tensor, target_rows: torch.Tensor, weight: torch.Tensor, temperature: float,
+                      lse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of `acceptances_from_hidden`: rows [R, d] x2 -> (α_RS [R], α_TO [R])."""
+    draft_logits = F.linear(draft_rows.to(weight.dtype), weight)  # [R, V | K]
+    greedy = draft_logits.argmax(-1, keepdim=True)  # [R, 1] the TO draft (the temperature does not move it)
+    if lse is None:
+        target = F.linear(target_rows.to(weight.dtype), weight)  # [R, V] logits
+        scaled = target.float() / temperature  # [R, V]
+        greedy_logp = scaled.gather(-1, greedy)[:, 0] - scaled.logsumexp(-1)  # [R]
+        return step_values("tv", draft_logits, target, None, temperature), greedy_logp.exp()
+    target = target_logp(target_rows, weight, lse, temperature)  # [R, K] exact log p on S
+    return step_values_on_vocab("tv", draft_logits, target, None, temperature), target.gather(-1, greedy)[:, 0].exp()
 
 
 def _loss_from_hidden(draft_hidden, target_hidden, objective: str, labels, mask, readout: Readout, *,

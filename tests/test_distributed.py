@@ -101,7 +101,7 @@ def test_one_process_is_world_one_and_helpers_are_the_identity():
 
 
 # --------------------------------------------------------------------------------------------------- torchrun
-@pytest.mark.parametrize("mtp", ["frozen", "online-tv"])
+@pytest.mark.parametrize("mtp", ["frozen", "online-tv", "knobs"])
 def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path, mtp):
     import dist_update
 
@@ -116,6 +116,8 @@ def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path, mtp)
         assert grad.abs().sum() > 0, name
         torch.testing.assert_close(two["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
         torch.testing.assert_close(two["params"][name], one["params"][name], rtol=1e-5, atol=1e-7, msg=name)
+    if mtp == "knobs":
+        return check_knobs(one, two)
     if mtp == "frozen":
         return
     # The online head: trained on each rank's rows, its gradients summed, the step of one process on all rows.
@@ -129,6 +131,21 @@ def test_one_update_on_two_ranks_equals_the_single_process_update(tmp_path, mtp)
         # updated weights agree to a small fraction of one step (mtp_lr = 1e-2), not to float precision.
         torch.testing.assert_close(two["head"]["params"][name], one["head"]["params"][name], rtol=1e-5, atol=1e-4,
                                    msg=name)
+
+
+def check_knobs(one: dict, two: dict) -> None:
+    """The entropy bonus and the shadow heads on two ranks: the global entropy the adaptive rule read, the coefficient
+    the second update applied, every shadow counter and the online shadow head's step, as in one process."""
+    assert one["entropy"]["applied"] == pytest.approx(0.055)  # the first update's global entropy was below the target
+    for key in ("current", "applied", "coef", "last_entropy"):
+        assert two["entropy"][key] == pytest.approx(one["entropy"][key], rel=1e-5), key
+    assert [(r["head"], r["rule"]) for r in two["shadow"]] == [(r["head"], r["rule"]) for r in one["shadow"]]
+    for mine, theirs in zip(two["shadow"], one["shadow"]):
+        assert set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert mine[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-5, nan_ok=True)), key
+    for name, param in one["shadow_params"].items():
+        torch.testing.assert_close(two["shadow_params"][name], param, rtol=1e-5, atol=1e-4, msg=name)
 
 
 def test_rl_on_two_ranks_logs_each_step_once_and_checkpoints(tmp_path):

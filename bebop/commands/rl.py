@@ -4,12 +4,15 @@
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
     bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
     bebop rl --backend vllm --rollout none --out runs/rl-math-vllm   # rollouts in an in-process vLLM (bebop[vllm])
+    bebop rl --entropy-target 0.6 --out runs/rl-entropy               # TRL's adaptive entropy bonus toward 0.6 nats
+    bebop rl --shadow-heads ce online-tv:e2e_tv --out runs/rl-heads   # other heads scored on the same rollouts
 
 The policy is the embedded default unless `--policy` names a checkpoint directory in the Hugging Face layout with
 its tokenizer, or a hub id; `--head` picks the MTP head: a head saved beside the policy (POLICY/heads/NAME), the
 head stored in its checkpoint ("embedded", or its objective), or a save_head directory, tried in that order
 (`bebop.policy` reads them all).
-Async is the default mode; `--sync` runs generation and update one after the other.
+Async is the default mode; `--sync` runs generation and update one after the other. `--shadow-heads` takes head
+specs as `--head` does, each optionally `LABEL=` and `online-tv:` / `online-ce:` (`bebop.rl.shadow_spec`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.device import resolve_device
-from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy, load_policy_heads
 from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
+from bebop.rl.shadow_spec import parse_shadow_specs
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
@@ -73,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('micro_batch_tokens')}")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help=f"steps between checkpoints (0 = only at the end); {_preset_default('checkpoint_every')}")
+    add_entropy_arguments(parser)
+    parser.add_argument("--shadow-heads", nargs="+", default=None, metavar="HEAD",
+                        help="heads scored on every step's rollouts beside the run's own (labelled 'rollout'), both "
+                             "rules, into the shadow stream: [LABEL=][online-tv:|online-ce:]HEAD, HEAD as --head takes "
+                             "it; an online one is a copy trained on the same rollouts (docs/runs.md) (default: none)")
     parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
@@ -82,9 +92,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mirror_arguments(parser)
 
 
+def add_entropy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The GRPO loss's entropy bonus, under TRL's names (bebop.rl.entropy_control)."""
+    parser.add_argument("--entropy-coef", type=float, default=None,
+                        help="the loss's entropy bonus coefficient c (L - c·H, H the policy's token-mean entropy; "
+                             "< 0 sharpens); with --entropy-target, the adaptive rule's start (default: 0, no bonus)")
+    parser.add_argument("--entropy-target", type=float, default=None, metavar="NATS",
+                        help="TRL's adaptive rule: each step c rises by --entropy-coef-delta while the policy's mean "
+                             "entropy is at or below NATS, falls otherwise, and applies only at or below it "
+                             "(default: none, a constant c)")
+    for flag, default, what in (("--entropy-coef-min", COEF_MIN, "lowest"), ("--entropy-coef-max", COEF_MAX, "highest"),
+                                ("--entropy-coef-delta", COEF_DELTA, "step per RL step of the")):
+        parser.add_argument(flag, type=float, default=None,
+                            help=f"with --entropy-target, the {what} coefficient (default: {default}, TRL's)")
+
+
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every")
+    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every",
+             "entropy_coef", "entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta")
+    adaptive_only = [f"--{k.replace('_', '-')}" for k in names[-3:] if getattr(args, k) is not None]
+    if adaptive_only and args.entropy_target is None:
+        raise ValueError(f"{', '.join(adaptive_only)} bound or step the adaptive entropy coefficient: pass "
+                         "--entropy-target too")
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.shadow_heads:
+        overrides["shadow_heads"] = tuple(args.shadow_heads)
     if args.dtype is not None:
         overrides["gen_dtype"] = args.dtype
     return RLConfig.preset(args.preset, task=args.task, method=args.rollout, mtp=args.mtp,
@@ -120,8 +152,9 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
         return 0
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     head_spec = args.head if config.uses_head else None
-    model, tokenizer, head = load_policy(args.policy, head_spec)
-    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, meta_extra={"head": head_spec})
+    model, tokenizer, head, shadow = _load_heads(args.policy, head_spec, config)
+    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, meta_extra={"head": head_spec},
+                          shadow_heads=shadow)
     records = trainer.run(progress=not args.no_progress and distributed.is_main())
     if not distributed.is_main():
         return 0
@@ -132,3 +165,16 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
               f"{last['critic/score/mean']:.3f}, step time {last['timing_s/step']:.2f}s")
     print(watch)
     return 0
+
+
+def _load_heads(policy, head_spec: str | None, config: RLConfig):
+    """(model, tokenizer, the rollout head or None, {HEAD spec: head} of the shadow heads), loaded once each."""
+    shadow = list(dict.fromkeys(spec.head for spec in parse_shadow_specs(config.shadow_heads)))
+    if not shadow:
+        model, tokenizer, head = load_policy(policy, head_spec)
+        return model, tokenizer, head, {}
+    specs = ([head_spec] if head_spec is not None else []) + shadow
+    bundle = load_policy_heads(policy, [f"{i}={spec}" for i, spec in enumerate(specs)])  # labels apart by index
+    heads = [bundle.heads[str(i)] for i in range(len(specs))]
+    head = heads.pop(0) if head_spec is not None else None
+    return bundle.model, bundle.tokenizer, head, dict(zip(shadow, heads))

@@ -5,11 +5,12 @@ backend and the run writer (with its mirrors) are built here, the world and the 
     trainer = build_trainer(RLConfig.quick(method="rs"), model, tokenizer, run_dir="runs/rl-rs", head=head)
     records = trainer.run()
 
-A job that must refuse bad input before a model loads (`bebop rl`) takes the two steps apart:
+A job that must refuse bad input before a model loads (`bebop rl`), or that hands in shadow heads (`bebop.rl.shadow`:
+the heads `config.shadow_heads` names, by their HEAD spec), takes the two steps apart:
 
     run = prepare_run(config, run_dir, resume=resume)   # the world size, the run directory, the backend, the task
     model, tokenizer, head = load_policy(...)
-    trainer = run.trainer(model, tokenizer, head=head, mirrors=mirrors)
+    trainer = run.trainer(model, tokenizer, head=head, mirrors=mirrors, shadow_heads={"ce": ce_head})
 
 What the trainer itself checks is what it alone knows: that the head fits the policy, and a checkpoint the model.
 """
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -51,7 +52,8 @@ def build_trainer(config: RLConfig, model, tokenizer, *, run_dir: str | os.PathL
                   mirrors: Sequence[Mirror] = (), meta_extra: dict | None = None) -> Trainer:
     """A `Trainer` for GRPO on `model` (copied: the caller's model and head are never modified). `task` overrides
     `config.task` with any object of the `bebop.data.tasks.Task` interface (tests use toys); `resume` continues the
-    run in `run_dir` from its checkpoint; `mirrors` copy its streams (`bebop.runlog.mirror`)."""
+    run in `run_dir` from its checkpoint; `mirrors` copy its streams (`bebop.runlog.mirror`). A run with shadow
+    heads takes the two steps apart: `prepare_run(...).trainer(..., shadow_heads=...)`."""
     run = prepare_run(config, run_dir, resume=resume, task=task)
     return run.trainer(model, tokenizer, head=head, name=name, mirrors=mirrors, meta_extra=meta_extra)
 
@@ -96,9 +98,10 @@ def finished_step(run_dir: Path, config: RLConfig) -> int | None:
 
 
 def check_resumable(saved: dict, config: RLConfig) -> None:
-    """A checkpoint's config (read with earlier field names as today's) differs from `config` only in
-    RESUMABLE_CHANGES."""
-    saved, current = renamed(saved), config.to_dict()
+    """A checkpoint's config (read with earlier field names as today's, a field it predates as its default) differs
+    from `config` only in RESUMABLE_CHANGES."""
+    defaults = {f.name: f.default for f in fields(RLConfig)}
+    saved, current = {**defaults, **renamed(saved)}, config.to_dict()
     changed = {k: (saved.get(k), v) for k, v in current.items() if k not in RESUMABLE_CHANGES and saved.get(k) != v}
     if changed:
         raise ValueError(f"cannot resume with a different config (checkpoint, now): {changed}")
@@ -115,10 +118,11 @@ class RLRun:
     finished: int | None = None  # resumed, the last step of a run that already did all its steps: nothing to do
 
     def trainer(self, model, tokenizer, *, head=None, name: str | None = None, mirrors: Sequence[Mirror] = (),
-                meta_extra: dict | None = None) -> Trainer:
+                meta_extra: dict | None = None, shadow_heads: Mapping | None = None) -> Trainer:
         """The trainer of this run: the head copied for it (an online strategy trains it), its rollouts (the task
         played through a backend on a snapshot of `model`, prompts in the config's format with this tokenizer), its
-        writer and, resumed, its checkpoint. The checkpoint is read before the run directory is touched."""
+        writer, its shadow heads (`shadow_heads`: HEAD spec -> head, each copied) and, resumed, its checkpoint. The
+        checkpoint is read before the run directory is touched."""
         config = self.config
         if config.uses_head and head is None:
             raise ValueError(f"rollout method {config.method!r} drafts with an MTP head: pass head=")
@@ -142,7 +146,7 @@ class RLRun:
         writer = (RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=self.resume, name=name, meta_extra=meta,
                             mirrors=mirrors)
                   if distributed.is_main() else NullWriter(name or self.run_dir.name, self.run_dir))
-        trainer = Trainer(config, model, rollouts, writer, head=head)
+        trainer = Trainer(config, model, rollouts, writer, head=head, shadow_heads=shadow_heads)
         if self.resume:
             trainer.resume(checkpoint)
         return trainer

@@ -5,10 +5,15 @@ target-only or rejection-sampling verification; the CLI's `--rollout`, and the f
 happens to the head during RL ("frozen", the paper's recipe; "online-tv" / "online-ce" train it on each
 step's fresh rollouts with its own optimiser), `mode` is "async" (generation of step t+1 overlaps the
 update of step t) or "sync".
+
+`entropy_coef` / `entropy_target` are the GRPO loss's entropy bonus (TRL's names; a constant coefficient, or its
+adaptive rule toward a target entropy, with TRL's bounds and step: `bebop.rl.entropy_control`). `shadow_heads`
+names heads scored on every step's rollouts beside the run's own (`bebop.rl.shadow_spec`, `bebop.rl.shadow`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,8 @@ from typing import Any
 from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
+from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
+from bebop.rl.shadow_spec import parse_shadow_specs
 
 TASKS = ("math", "code", "agent")
 ROLLOUTS = ("none", "to", "rs")  # RLConfig.method's values: how rollouts are decoded
@@ -56,6 +63,12 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; a resume may change it
     backend: str = "bebop"  # rollouts from "bebop"'s engine or "vllm" (colocated, weights pushed after each update)
+    entropy_coef: float = 0.0  # the loss's entropy bonus c (0: none); with entropy_target, the adaptive rule's start
+    entropy_target: float | None = None  # nats: TRL's adaptive rule raises c while the entropy is at or below it
+    entropy_coef_min: float = COEF_MIN  # the adaptive rule's bounds on c and its step per RL step (TRL's defaults)
+    entropy_coef_max: float = COEF_MAX
+    entropy_coef_delta: float = COEF_DELTA
+    shadow_heads: tuple[str, ...] = ()  # [LABEL=][STRATEGY:]HEAD each: scored on every step's rollouts
 
     def __post_init__(self) -> None:
         spec = ("jsonl:", "parquet:", "gym:")  # torch-free here: bebop.data.tasks checks what a spec names
@@ -87,6 +100,20 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         if self.mtp != "frozen" and self.method == "none":
             raise ValueError(f"mtp={self.mtp!r} trains the head during RL, which needs rollout method (--rollout) "
                              "'to' or 'rs' (with 'none' there is no head)")
+        self._check_entropy_fields()
+        if isinstance(self.shadow_heads, str) or not all(isinstance(s, str) for s in self.shadow_heads):
+            raise ValueError(f"RLConfig.shadow_heads must be a sequence of head specs, got {self.shadow_heads!r}")
+        object.__setattr__(self, "shadow_heads", tuple(self.shadow_heads))  # a saved config's list reads back
+        parse_shadow_specs(self.shadow_heads)
+
+    def _check_entropy_fields(self) -> None:
+        check_number(self, "entropy_coef", low=-math.inf, high=math.inf, open_low=True, open_high=True)
+        check_number(self, "entropy_coef_min", low=0)  # TRL's rule is a floor: a negative c would penalise
+        check_number(self, "entropy_coef_max", low=self.entropy_coef_min, high=math.inf, open_high=True)
+        check_number(self, "entropy_coef_delta", low=0, high=math.inf, open_low=True, open_high=True)
+        if self.entropy_target is not None:
+            check_number(self, "entropy_target", low=0, high=math.inf, open_high=True)
+            check_number(self, "entropy_coef", low=self.entropy_coef_min, high=self.entropy_coef_max)
 
     @property
     def batch_size(self) -> int:
@@ -127,11 +154,14 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         return cls(**{**base, **renamed(overrides)})
 
     @property
-    def online_depth(self) -> int:
-        """The online head loss's chain depth: mtp_depth, else as deep as rollouts draft (gamma; max_gamma if auto)."""
-        if self.mtp_depth is not None:
-            return self.mtp_depth
+    def draft_depth(self) -> int:
+        """As deep as rollouts draft: gamma, or max_gamma under "auto" (the depth shadow heads are scored at)."""
         return self.max_gamma if self.gamma == "auto" else self.gamma
+
+    @property
+    def online_depth(self) -> int:
+        """The online head loss's chain depth: mtp_depth, else as deep as rollouts draft (`draft_depth`)."""
+        return self.draft_depth if self.mtp_depth is None else self.mtp_depth
 
     def replace(self, **changes: Any) -> "RLConfig":
         return replace(self, **renamed(changes))

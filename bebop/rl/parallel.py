@@ -21,9 +21,10 @@ import torch
 
 from bebop import distributed
 
-# actor/* stats are token sums over the global count: summing the ranks' gives the batch's. Not the clipped norm.
+# actor/* stats are token sums over the global count: summing the ranks' gives the batch's. Not the clipped norm, nor
+# the entropy bonus's coefficient (the same on every rank).
 _SUMMED_PREFIXES = ("spec/num_", "spec/by_entropy/", "engine/", "actor/")
-_SUMMED_EXCEPT = ("actor/grad_norm", "actor/entropy")
+_SUMMED_EXCEPT = ("actor/grad_norm", "actor/entropy", "actor/entropy_coef", "actor/entropy_coef_next")
 _RANK_SEED = 104_729
 
 

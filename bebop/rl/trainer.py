@@ -16,7 +16,9 @@ and the generation actually overlapped (`timing_s/overlap`).
 
 Per step, the `train` stream gets one record (DESIGN.md names: `critic/score/mean`, `actor/*`,
 `response_length/mean`, `spec/*` counters, `mtp/*`, `timing_s/*`, `perf/throughput`) and the `samples`
-stream a few completions with per-token pieces, origins and entropies for the dashboard.
+stream a few completions with per-token pieces, origins and entropies for the dashboard. With shadow heads
+(`bebop.rl.shadow`) the `shadow` stream gets one record per head and verification rule; with an entropy bonus
+(`bebop.rl.entropy_control`) the train record carries its coefficient and size.
 
 The parts come from the caller (`bebop.rl.build`: the task, the prompt format, the rollout backend, the run writer).
 Resume (`Trainer.resume`): the checkpoint was read before the run directory was touched; the run log is rewound to
@@ -30,6 +32,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,10 +47,12 @@ from bebop.models.mtp import check_head_fits
 from bebop.rl.batch import RolloutBatch, Rollouts, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
-from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_logprobs
+from bebop.rl.entropy_control import EntropyControl
+from bebop.rl.grpo import group_advantages, groups_with_signal, grpo_loss, token_entropy, token_logprobs
 from bebop.rl.online_mtp import OnlineMTP
 from bebop.rl.parallel import combine_records, empty_micro_batches, rank_block, rank_seed
 from bebop.rl.resume import save_checkpoint
+from bebop.rl.shadow import ShadowHeads
 from bebop.rl.shared_prompt import SharedOutputs, SharedPromptLayout, micro_batches, prompt_groups
 from bebop.sampling import entropy, probs_from_logits
 
@@ -69,8 +74,9 @@ class UpdateResult:
     """What one `Trainer.update` returns: the metrics it logs, and when it ran (not logged: the next step
     measures how long its background generation overlapped this update)."""
 
-    metrics: dict[str, float]  # actor/*, mtp/*, timing_s/update_actor, timing_s/update_mtp
+    metrics: dict[str, float]  # actor/*, mtp/*, timing_s/update_actor, timing_s/update_mtp, timing_s/shadow*
     interval: tuple[float, float]  # time.perf_counter() at the update's start and end
+    shadow: tuple[dict, ...] = ()  # the shadow heads' records (bebop.rl.shadow), one per head and rule
 
 
 SILENT_GROUPS = 16  # groups without any reward signal before a run warns that GRPO has nothing to learn from
@@ -79,10 +85,12 @@ SILENT_GROUPS = 16  # groups without any reward signal before a run warns that G
 class Trainer:
     """GRPO on `policy` (copied: the caller's model is never modified) for `config.steps` steps, with the parts its
     caller composed (`bebop.rl.build`): `rollouts` (the task played through a rollout backend), `writer` (a
-    `RunWriter`, or a `NullWriter` on ranks other than 0) and `head` (the trainer's own: an online strategy trains it).
+    `RunWriter`, or a `NullWriter` on ranks other than 0), `head` (the trainer's own: an online strategy trains it)
+    and `shadow_heads` (the heads `config.shadow_heads` names, by their HEAD spec: each gets its own copy).
     """
 
-    def __init__(self, config: RLConfig, policy, rollouts: Rollouts, writer, *, head=None):
+    def __init__(self, config: RLConfig, policy, rollouts: Rollouts, writer, *, head=None,
+                 shadow_heads: Mapping | None = None):
         if head is not None:
             check_head_fits(head.config, policy.config)
         self.config, self.rollouts, self.writer, self.head = config, rollouts, writer, head
@@ -101,6 +109,9 @@ class Trainer:
         self.online = OnlineMTP(self.head, config.mtp, lr=config.mtp_lr, grad_clip=config.mtp_grad_clip,
                                 depth=config.online_depth, temperature=config.temperature,
                                 vocab_limit=self.vocab_limit)
+        self.entropy = EntropyControl.from_config(config)  # the entropy bonus's coefficient, state when adaptive
+        self.shadow = ShadowHeads(config, shadow_heads or {}, rollout_head=self.head, policy_config=policy.config,
+                                  vocab_limit=self.vocab_limit, device=self.device)
         self.start_step, self.version = 0, 0
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
         self._signal = (0, False)  # (groups so far, any with a signal)
@@ -128,6 +139,8 @@ class Trainer:
             if self.head is not None:
                 self.head.load_state_dict(state["head"])
             self.online.load_state_dict(state["mtp_optimizer"])
+            self.entropy.load_state_dict(state.get("entropy_control"))  # optional keys: absent in earlier runs'
+            self.shadow.load_state_dict(state.get("shadow"))
         except (RuntimeError, KeyError, ValueError) as err:  # e.g. optimizer state saved for other parameters
             raise ValueError(f"checkpoint in {self.writer.path} does not fit this model: {err}") from err
         torch.set_rng_state(state["rng"])
@@ -141,7 +154,8 @@ class Trainer:
                 "step": step, "policy": policy, "optimizer": optimizer, "world_size": self.world,
                 "head": None if self.head is None else self.head.state_dict(),
                 "mtp_optimizer": self.online.state_dict(), "rng": torch.get_rng_state(),
-                "policy_version": self.version, "config": self.config.to_dict()})
+                "policy_version": self.version, "config": self.config.to_dict(),
+                "entropy_control": self.entropy.state_dict(), "shadow": self.shadow.state_dict()})
         distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     # ------------------------------------------------------------------------------------- generation
@@ -176,11 +190,12 @@ class Trainer:
         batch = batch.to(self.device)
         advantages = group_advantages(batch.rewards, c.group_size)  # [N]
         num_tokens = distributed.all_reduce(batch.policy_mask.sum())  # the global batch's token count
-        keep = self.online.trains  # the online head trains on the backbone's activations of every row
+        keep = self.online.trains or self.shadow.active  # both read the backbone's activations of every row
         N, L = batch.tokens.shape
         d = self.policy.config.hidden_size
         hidden = torch.zeros(N, L, d, device=self.device) if keep else None  # [N, L, d]; no [N, L, V] logits
         totals: dict[str, torch.Tensor] = {}
+        entropy_coef = self.entropy.coefficient
         self.optimizer.zero_grad(set_to_none=True)
         groups = prompt_groups(batch.prompts) if c.share_prompts else [[i] for i in range(N)]
         parts = micro_batches(groups, batch.prompt_lengths.tolist(), batch.lengths.tolist(), c.micro_batch_tokens)
@@ -188,11 +203,12 @@ class Trainer:
             layout = SharedPromptLayout(batch, part)
             if k >= len(parts):  # an empty micro-batch: the same collectives as the other ranks', no gradient
                 layout = layout.emptied()
-            stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens)
+            stats, outputs = self._micro_step(layout, advantages[layout.index], num_tokens, entropy_coef)
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
             if keep:
                 hidden[layout.index] = layout.row_hidden(outputs)
+        shadow, shadow_s = self._score_shadow(hidden, batch)
         grad_norm = distributed.full_tensor(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.grad_clip))
         self.optimizer.step()
         self.version += 1
@@ -200,13 +216,42 @@ class Trainer:
         with distributed.unsharded(self.policy):  # the head reads the backbone's embedding and LM head whole
             mtp = self.online.update(self.policy, hidden, batch.tokens, batch.lengths, batch.prompt_lengths)
         end = time.perf_counter()
+        shadow_timing = self._train_shadow(hidden, batch, shadow_s)
         metrics = {f"actor/{k}": float(v) for k, v in totals.items() if k != "loss"}
         metrics.update({"actor/grad_norm": float(grad_norm), "actor/loss": float(totals["loss"]), **mtp,
-                        "timing_s/update_actor": mid - start, "timing_s/update_mtp": end - mid})
-        return UpdateResult(metrics, (start, end))
+                        **self._adapt_entropy(totals, entropy_coef), "timing_s/update_actor": mid - start - shadow_s,
+                        "timing_s/update_mtp": end - mid, **shadow_timing})
+        return UpdateResult(metrics, (start, time.perf_counter()), shadow)
 
-    def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor,
-                    num_tokens: torch.Tensor) -> tuple[dict, SharedOutputs]:
+    def _score_shadow(self, hidden: torch.Tensor | None, batch: RolloutBatch) -> tuple[tuple[dict, ...], float]:
+        """Every head's records on `batch`, scored by the policy that made `hidden` (before its step) in the rollout
+        dtype (the update's autocast: what the engine drafts and verifies in), and the seconds it took; nothing
+        without shadow heads."""
+        if not self.shadow.active:
+            return (), 0.0
+        # the heads read the backbone's embedding and LM head whole
+        with distributed.unsharded(self.policy), autocast(self.device, self.gen_dtype):
+            records, seconds = self.shadow.score(self.policy, hidden, batch)
+        return tuple(records), seconds
+
+    def _train_shadow(self, hidden: torch.Tensor | None, batch: RolloutBatch, score_s: float) -> dict[str, float]:
+        """The online shadow heads' steps on `batch`, after the policy's (as the rollout head's), and the seconds
+        scoring (`score_s`) and each step took (`timing_s/shadow*`); nothing without shadow heads."""
+        if not self.shadow.active:
+            return {}
+        with distributed.unsharded(self.policy):
+            return {"timing_s/shadow_score": score_s, **self.shadow.update(self.policy, hidden, batch)}
+
+    def _adapt_entropy(self, totals: dict, applied: float) -> dict[str, float]:
+        """The entropy bonus's train fields (none without one); the adaptive rule reads the step's global entropy."""
+        if not self.entropy.active:
+            return {}
+        self.entropy.observe(float(distributed.all_reduce(totals["entropy_current"])))
+        extra = {"actor/entropy_coef_next": self.entropy.coef} if self.entropy.adaptive else {}
+        return {"actor/entropy_coef": applied, **extra}
+
+    def _micro_step(self, layout: SharedPromptLayout, advantages: torch.Tensor, num_tokens: torch.Tensor,
+                    entropy_coef: float) -> tuple[dict, SharedOutputs]:
         """Forward and backward over one micro-batch; returns its stats and the policy's outputs on it."""
         c = self.config
         with autocast(self.device, self.gen_dtype):
@@ -218,8 +263,11 @@ class Trainer:
             with torch.no_grad():
                 ref_logprobs = token_logprobs(layout.row_logits(layout.forward(self.reference)), layout.suffix,
                                               c.temperature, vocab_limit=self.vocab_limit)
+        entropies = (token_entropy(row_logits, c.temperature, vocab_limit=self.vocab_limit)  # [n, S]
+                     if self.entropy.active else None)
         loss, stats = grpo_loss(logprobs, layout.behaviour_logprobs, advantages, layout.mask, clip_eps=c.clip_eps,
-                                ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens)
+                                ref_logprobs=ref_logprobs, kl_coef=c.kl_coef, num_tokens=num_tokens,
+                                entropies=entropies, entropy_coef=entropy_coef)
         loss.backward()
         if not self.rollouts.backend.full_logprobs:  # rollouts without entropies (vLLM, a large vocabulary)
             with torch.no_grad():  # summed over micro-batches into actor/entropy (entropy_source "update")
@@ -263,6 +311,8 @@ class Trainer:
                 self._warn_without_signal(step, record)
                 last_end = time.perf_counter()
                 self.writer.log("train", record)
+                for shadow in update.shadow:
+                    self.writer.log("shadow", {"step": step, **shadow})
                 if distributed.is_main():
                     self._log_samples(step, batch)
                 self.history.append(record)
