@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bebop"
 FLOORS = {
     "bebop.sampling": 0, "bebop.verify": 0, "bebop.losses": 0, "bebop.tv_tiled": 0, "bebop.metrics": 0,
     "bebop.entropy_law": 0, "bebop.device": 0, "bebop.files": 0, "bebop.distributed": 0, "bebop.runlog": 0,
-    "bebop.claims": 0,
+    "bebop.claims": 0, "bebop.speedup": 0,
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
     "bebop.data.prompt_options": 0,
     "bebop.plots": 1,
