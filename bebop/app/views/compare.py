@@ -12,7 +12,7 @@ if len(chosen) < 1:
     st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
     st.stop()
 names = [state.label(info, root) for info in chosen]
-colors = plots.run_colors(names)
+colors = state.run_colors(names)
 runs = state.load_runs(chosen, root)
 trains = state.trains(runs)
 if not runs:
@@ -47,9 +47,14 @@ summary = summary.dropna(axis="columns", how="all")
 first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in summary.columns]
 summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
+# What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
+same = {c: summary[c].iloc[0] for c in summary.columns
+        if c in state.CONFIG_KEYS and len(summary) > 1 and summary[c].astype(str).nunique() == 1}
+if same:
+    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in same.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
-           "final_step_s": "%.2f"}
-st.dataframe(summary, hide_index=True, width="stretch", column_config=state.column_titles(summary, formats))
+           "final_step_s": "%.2f", "steps": "%d"}
+state.show_table(summary.drop(columns=list(same)), formats)
 state.download(summary, "compare_summary.csv", key="dl_compare_summary")
 
 left, right = st.columns(2)
