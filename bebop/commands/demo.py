@@ -37,17 +37,19 @@ from bebop.rl.config import TASKS, RLConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)}")
-    parser.add_argument("--steps", type=int, default=6, help="RL steps per run")
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step of the large-batch regime")
+    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)} (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=6, help="RL steps per run (default: %(default)s)")
+    parser.add_argument("--prompts", type=int, default=8,
+                        help="prompts per step of the large-batch regime (default: %(default)s)")
     parser.add_argument("--small-prompts", type=int, default=1,
-                        help="prompts per step of the small-batch regime (0: skip it)")
-    parser.add_argument("--group", type=int, default=4, help="completions per prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+                        help="prompts per step of the small-batch regime, 0 skips it (default: %(default)s)")
+    parser.add_argument("--group", type=int, default=4, help="completions per prompt (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per completion (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("runs"), help="runs root the dashboard reads")
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the prompts and of sampling, the same in every run (default: %(default)s)")
     parser.add_argument("--gamma", type=gamma_arg, default="auto",
                         help="draft depth of the MTP runs, an int >= 1 or 'auto' (chosen per engine step) "
                              "(default: %(default)s)")
