@@ -10,13 +10,12 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from bebop import metrics, speedup  # noqa: E402
+from bebop import speedup  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
 from bebop.rl.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
@@ -197,6 +196,14 @@ def test_compare_page(root, monkeypatch):
     assert titles[2].startswith("Eq. 16")
     assert len(at.get("download_button")) == 4
     assert any("Eq. 16" in s.value for s in at.subheader)
+
+
+def test_compare_says_once_what_every_run_shares(root, monkeypatch):
+    at = _page(_app(root, monkeypatch, ["plain", "rs-tv"]), "compare")
+    summary = at.dataframe[0].value.set_index("run")
+    assert "All these runs: task math" in _texts(at.caption) and "task" not in summary.columns
+    assert "MTP loss" not in _texts(at.caption)  # e2e_tv for one, none for the plain run: a column, not a caption
+    assert (summary.loc["rs-tv", "mtp_objective"], summary.loc["plain", "mtp_objective"]) == ("e2e_tv", "—")
 
 
 def test_samples_page(root, monkeypatch):

@@ -72,8 +72,9 @@ def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> di
     from bebop.speedup import speedup
 
     spec = summarize(spec_records)
-    return {"rows": rows, "plain": summarize(plain_records), "spec": spec, "speed": speedup(plain_records, spec_records),
-            "gamma_mode": spec.get("gamma_mode"), "gamma_mean": spec.get("gamma_mean")}
+    return {"rows": rows, "plain": summarize(plain_records), "spec": spec,
+            "speed": speedup(plain_records, spec_records), "gamma_mode": spec.get("gamma_mode"),
+            "gamma_mean": spec.get("gamma_mean")}
 
 
 def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:

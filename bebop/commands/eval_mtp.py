@@ -156,7 +156,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts per task and temperature (default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help="tokens per completion (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="seed of the prompts and of sampling (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seed of the prompts and of sampling (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=d.threads, help="torch threads (default: %(default)s)")
     parser.add_argument("--no-dtv", action="store_true",
                         help="skip the teacher-forced d_TV column (it takes about as long as the generation)")

@@ -223,7 +223,8 @@ def _default(field: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="checkpoint directory (HF layout + tokenizer); must hold nothing unless --force")
-    parser.add_argument("--force", action="store_true", help="replace the checkpoint already in --out (default: refuse)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the checkpoint already in --out (default: refuse)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/pretrain-<time>)")
     parser.add_argument("--tasks", nargs="+", default=list(PretrainConfig.tasks),
                         help="task families to train on (default: %(default)s)")

@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for field, what in FIELDS.items():
         if what is not None:
             kind = type(getattr(TrainMTPConfig(), field))
-            parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None, help=f"{what} ({_default(field)})")
+            parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
+                                help=f"{what} ({_default(field)})")
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory) "
                              f"the policy answers for the head's training data ({_default('tasks')})")

