@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bebop import speedup  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
-from bebop.rl.synthetic import SyntheticConfig, write_synthetic_run  # noqa: E402
+from bebop.rl.synthetic import SyntheticConfig, SyntheticRun, write_synthetic_run  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -243,6 +243,38 @@ def test_dashboard_command_flags(tmp_path, monkeypatch):
     assert dashboard.runs_root(args) == tmp_path.resolve()
     with pytest.raises(ValueError, match="--port"):
         dashboard.streamlit_command(parser.parse_args(["--port", "70000"]))
+
+
+def test_a_run_started_after_the_page_opened_joins_at_the_next_refresh(root, monkeypatch, tmp_path):
+    """A job started after the dashboard opened is what its user came to watch: it joins the selection at the next
+    script run, and when it finishes the sidebar's line of states says so."""
+    live = tmp_path / "runs"
+    shutil.copytree(root / "rs-tv", live / "rs-tv")
+    at = _page(_app(live, monkeypatch, None), "live")
+    assert at.sidebar.multiselect(key="runs_selected").value == ["rs-tv"]
+    late = SyntheticRun(live / "late", SyntheticConfig(name="late", steps=5, drafts_per_step=8, samples_per_step=0))
+    late.advance(2)
+    at.run()  # what the sidebar's watcher triggers within one refresh when the runs under the root change
+    assert not at.exception
+    assert at.sidebar.multiselect(key="runs_selected").value == ["rs-tv", "late"]
+    assert at.dataframe[0].value.set_index("run").loc["late", "state"] == "running"
+    assert "[running] 1 (late)" in _texts(at.sidebar.caption)  # badges: ":green-badge[running]" on screen
+    late.close()
+    at.run()
+    assert "[finished] 2" in _texts(at.sidebar.caption) and "running" not in _texts(at.sidebar.caption)
+    assert at.dataframe[0].value.set_index("run").loc["late", "state"] == "finished"
+
+
+def test_a_run_keeps_its_colour_whatever_joins_the_selection(root, monkeypatch):
+    def colours(at) -> dict:
+        law = [c for c in _charts(at) if c["layout"]["title"]["text"] == "Reward"][0]
+        return {t["name"]: t["line"]["color"] for t in law["data"] if t.get("hoverinfo") != "skip"}
+
+    at = _page(_app(root, monkeypatch, ["rs-tv"]), "live")
+    first = colours(at)["rs-tv"]
+    at.sidebar.multiselect(key="runs_selected").set_value(["plain", "rs-ce", "rs-tv"]).run()
+    now = colours(at)
+    assert now["rs-tv"] == first and len(set(now.values())) == 3  # kept, and the newcomers got colours of their own
 
 
 def _refresh_script(root: str) -> None:
