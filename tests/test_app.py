@@ -88,6 +88,8 @@ def test_runs_page_lists_every_run(root, monkeypatch):
     assert set(table["run"]) == {"plain", "rs-tv", "rs-ce", "group/corrupt", "empty", "eval"}
     assert set(table.set_index("run").loc[["plain", "rs-ce"], "state"]) == {"finished", "running"}
     assert table.set_index("run").loc["rs-tv", "mtp_objective"] == "e2e_tv"
+    ages = table.set_index("run")["heartbeat_age_s"]  # a heartbeat only for a run still writing
+    assert ages["plain"] == "—" and ages["rs-ce"].endswith(" s")
     assert len(at.get("download_button")) >= 1 and len(at.expander) == 6
     assert {m.label for m in at.metric} == {"running", "finished", "failed", "stale"}
     assert at.sidebar.text_input(key="runs_root").value == str(root)
@@ -321,6 +323,7 @@ def test_real_runs_show_their_setup(real_root, monkeypatch):
     assert table.loc["eval-mtp", "task"] == "math" and table.loc["eval-mtp", "mtp_objective"] == "ce, e2e_tv"
     assert table.loc["eval-mtp", "rollout"] == "to, rs" and table.loc["eval-mtp", "gamma"] == "2"
     assert "rl-plain" in at.sidebar.multiselect(key="runs_selected").value
+    assert "heartbeat_age_s" not in table.columns  # every run finished: no column of dashes
 
 
 @pytest.mark.parametrize("page", (*PAGES, "mtp", "metrics"))
@@ -390,7 +393,8 @@ def test_speed_page_pairs_the_demo_runs_and_prints_its_ratios(monkeypatch):
     at = _page(_app(folder.parent, monkeypatch, names), "speed")
     assert not at.exception
     table = at.dataframe[0].value.set_index("run")
-    assert dict(table["plain_run"]) == {names[1]: names[0], names[3]: names[2]}
+    # rows32 over rows32, rows4 over rows4: each partner in the run's own folder, named there
+    assert dict(table["plain_run"]) == {names[1]: "rows32-no-mtp", names[3]: "rows4-no-mtp"}
     for rows, run in (("32", names[1]), ("4", names[3])):
         shown = tuple(f"{float(table.loc[run, c]):.2f}x" for c in ("predicted", "measured_rollout",
                                                                       "measured_end_to_end"))

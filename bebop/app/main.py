@@ -14,8 +14,10 @@ from bebop.app import state
 
 VIEWS = Path(__file__).resolve().parent / "views"
 REFRESH_S = 5  # seconds between the sidebar's looks for new runs and state changes (the Live page's choice when set)  # not "pages/": Streamlit would auto-register that folder
-# Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default.
+# Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default, and the box
+# of chips at a fixed height (three wrapped run names fill it), scrolling the rest out of sight.
 CHIPS_CSS = """<style>
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] div { max-height: none; }
 section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] { max-width: 100%; height: auto; }
 section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] > span[title] { max-width: none;
   white-space: normal; overflow: visible; text-overflow: clip; overflow-wrap: anywhere; }

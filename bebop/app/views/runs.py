@@ -17,7 +17,9 @@ cols = st.columns(4)
 for col, name in zip(cols, ("running", "finished", "failed", "stale")):
     col.metric(name, int(counts.get(name, 0)), border=True)
 
-state.show_table(table, {"step": "%d", "heartbeat_age_s": "%.0f s"},
+# A heartbeat only for runs still writing, a message only where a run left one: columns no run fills are left out.
+empty = [c for c in ("heartbeat_age_s", "message") if not any(v not in ("", None) and v == v for v in table[c])]
+state.show_table(table.drop(columns=empty), {"step": "%d", "heartbeat_age_s": "%.0f s"},
                  helps={"heartbeat_age_s": "seconds since a running run last wrote status.json"})
 state.download(table, "runs.csv", key="dl-runs")
 
