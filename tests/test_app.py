@@ -393,9 +393,10 @@ def test_speed_page_pairs_the_demo_runs_and_prints_its_ratios(monkeypatch):
     at = _page(_app(folder.parent, monkeypatch, names), "speed")
     assert not at.exception
     table = at.dataframe[0].value.set_index("run")
-    # rows32 over rows32, rows4 over rows4: each partner in the run's own folder, named there
-    assert dict(table["plain_run"]) == {names[1]: "rows32-no-mtp", names[3]: "rows4-no-mtp"}
-    for rows, run in (("32", names[1]), ("4", names[3])):
+    # rows32 over rows32, rows4 over rows4; the runs' folder named once above the table, which then fits the page
+    assert dict(table["plain_run"]) == {"rows32-mtp-rs-e2e_tv": "rows32-no-mtp", "rows4-mtp-rs-e2e_tv": "rows4-no-mtp"}
+    assert f"Runs in `{folder.name}/`" in _texts(at.caption)
+    for rows, run in (("32", "rows32-mtp-rs-e2e_tv"), ("4", "rows4-mtp-rs-e2e_tv")):
         shown = tuple(f"{float(table.loc[run, c]):.2f}x" for c in ("predicted", "measured_rollout",
                                                                       "measured_end_to_end"))
         assert shown == printed[rows], (rows, shown, printed[rows])

@@ -272,6 +272,11 @@ def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
     significant digits), and "—" where a run has no value, never None or nan. A column with gaps or mixed types
     (γ: 3 and "auto", which Arrow cannot serialise as one) is shown as text, right-aligned where it holds numbers."""
     table, config = table.reset_index(drop=True), {}
+    if "run" in table.columns:  # runs of one folder (the demo's four): its name once, above, and the table fits
+        folders = {str(run).rpartition("/")[0] for run in table["run"]}
+        if len(folders) == 1 and (folder := folders.pop()):
+            st.caption(f"Runs in `{folder}/`")
+            table["run"] = [str(run).rpartition("/")[2] for run in table["run"]]
     for column in table.columns:
         values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
         present = [v for v in values if not _missing(v)]
