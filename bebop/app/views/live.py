@@ -54,19 +54,19 @@ def headline() -> None:
         rows.append({
             "run": name, "state": run.state, "step": last.get("step"),
             "accept length (last 10)": recent(train).get(plots.ACCEPT_LENGTH) if len(train) else None,
-            "policy entropy": last.get("actor/entropy"), "reward": last.get("critic/score/mean"),
-            "s / step": last.get("timing_s/step"),
+            "policy entropy (last step)": last.get("actor/entropy"),
+            "reward (last step)": last.get("critic/score/mean"), "s / step (last step)": last.get("timing_s/step"),
             "heartbeat": f"{now - heartbeat:.0f} s ago"
             if isinstance(heartbeat, (int, float)) and run.state in ("running", "stale") else None,
         })
     table = pd.DataFrame(rows)
     if not table["heartbeat"].notna().any():  # nothing running: no column of blanks
         table = table.drop(columns="heartbeat")
-    state.show_table(table, {"policy entropy": "%.3f", "reward": "%.3f", "accept length (last 10)": "%.2f",
-                             "s / step": "%.2f", "step": "%d"},
+    state.show_table(table, {"policy entropy (last step)": "%.3f", "reward (last step)": "%.3f",
+                             "accept length (last 10)": "%.2f", "s / step (last step)": "%.2f", "step": "%d"},
                      helps={"accept length (last 10)": "pooled over the last 10 steps",
-                            "policy entropy": "nats, at the last step", "reward": "mean task reward at the last step",
-                            "s / step": "seconds of the last step"})
+                            "policy entropy (last step)": "nats", "reward (last step)": "mean task reward",
+                            "s / step (last step)": "seconds of the whole step"})
     state.note_spec_gaps(trains)
 
 
