@@ -63,7 +63,8 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
             if smoothing > 0:
                 fig.add_trace(go.Scatter(x=xs[keep], y=smooth(raw, smoothing)[keep], mode="lines",
                                          name=f"{name} (smoothed)", legendgroup=run, showlegend=False, opacity=0.35,
-                                         line=dict(color=colors[run], width=3), hoverinfo="skip"))
+                                         line=dict(color=colors[run], dash=dashes[j % len(dashes)], width=3),
+                                         hoverinfo="skip"))
     if len(columns) > 1:
         for j, column in enumerate(columns):
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=(labels or {}).get(column, column),
