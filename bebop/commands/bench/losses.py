@@ -45,7 +45,9 @@ SAMPLE_ROWS = 8  # rows whose full gradient each worker hands back for the agree
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, nargs="+", default=[32768, 151936], help="vocabulary sizes V")
-    parser.add_argument("--positions", type=int, default=2048, help="rows N (anchor x step positions)")
+    parser.add_argument("--positions", type=int, default=512,
+                        help="rows N (anchor x step positions); memory and time grow with N x V, the ratios between "
+                             "the variants hardly do (default: %(default)s, so `make bench` takes minutes on 2 cores)")
     parser.add_argument("--hidden-size", type=int, default=1024, help="width d of the hidden states behind the logits")
     parser.add_argument("--tile", type=int, default=8192, help="vocabulary columns per tile (tiled variant)")
     parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs; the median is reported")
