@@ -33,7 +33,8 @@ for info in chosen:
             if column in tail.columns:
                 row[short] = float(tail[column].mean())
     rows.append(row)
-points, y_title = state.entropy_points(runs)
+view = state.better_law_view(runs)  # the entropy law in the view its fits support better, as on the Live page
+points, y_title = state.entropy_points(runs, by=view)
 # An evaluation run's law comes per (head, method) series, labelled "run · head method": one row per series,
 # whether or not its points share the chart (per step, the chart's y is the RL runs' accept length).
 evals = state.eval_points({name: run for name, run in runs.items() if name not in set(points["run"])})
@@ -62,6 +63,7 @@ with left:
     if points.empty:
         st.info("None of these runs used MTP rollouts, so there is no acceptance to compare.")
     else:
+        st.caption(state.law_views_caption(runs, view))
         st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="compare_entropy_law")
         state.download(points, "compare_acceptance_vs_entropy.csv", key="dl_compare_entropy_law")
 with right:
