@@ -200,6 +200,19 @@ def test_compare_page(root, monkeypatch):
     assert any("Eq. 16" in s.value for s in at.subheader)
 
 
+def test_a_column_mixing_numbers_and_text_is_shown_as_text(root, monkeypatch, tmp_path, caplog):
+    """γ 3 beside γ "auto": Arrow cannot take the column as it is, and the terminal used to fill with tracebacks."""
+    mixed = tmp_path / "runs"
+    shutil.copytree(root / "rs-tv", mixed / "static")
+    shutil.copytree(root / "rs-tv", mixed / "auto")
+    meta = json.loads((mixed / "auto" / "meta.json").read_text())
+    (mixed / "auto" / "meta.json").write_text(json.dumps({**meta, "gamma": "auto"}))
+    at = _app(mixed, monkeypatch, None)
+    assert not at.exception
+    assert dict(at.dataframe[0].value.set_index("run")["gamma"]) == {"static": "3", "auto": "auto"}
+    assert not [r for r in caplog.records if "Arrow" in r.getMessage()]
+
+
 def test_compare_says_once_what_every_run_shares(root, monkeypatch):
     at = _page(_app(root, monkeypatch, ["plain", "rs-tv"]), "compare")
     summary = at.dataframe[0].value.set_index("run")
