@@ -12,8 +12,8 @@ import streamlit as st
 
 from bebop.app import state
 
-VIEWS = Path(__file__).resolve().parent / "views"
-REFRESH_S = 5  # seconds between the sidebar's looks for new runs and state changes (the Live page's choice when set)  # not "pages/": Streamlit would auto-register that folder
+VIEWS = Path(__file__).resolve().parent / "views"  # not "pages/": Streamlit would auto-register that folder
+REFRESH_S = 5  # seconds between the sidebar's looks for new runs and state changes (the Live page's choice when set)
 # Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default, and the box
 # of chips at a fixed height (three wrapped run names fill it), scrolling the rest out of sight.
 CHIPS_CSS = """<style>
@@ -53,8 +53,8 @@ def _summary(picked: list[str], labels: dict) -> str:
     by_state: dict[str, list[str]] = {}
     for name in picked:
         by_state.setdefault(labels[name].state, []).append(name)
-    parts = [f"{state.badge(name)} {len(names)}" + ("" if name == "finished" else f" ({', '.join(names)})")
-             for name, names in by_state.items()]
+    parts = [f"{state.badge(state_name)} {len(names)}" + ("" if state_name == "finished" else f" ({', '.join(names)})")
+             for state_name, names in by_state.items()]
     return f"{len(picked)} selected: " + " · ".join(parts)
 
 
