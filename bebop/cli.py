@@ -1,10 +1,14 @@
-"""`bebop` command line. Subcommands import their modules lazily so `bebop --help` stays instant."""
+"""bebop: MTP speculative decoding for RL post-training of LLMs (`bebop COMMAND --help` for each command)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+
+# A subcommand's module is imported only when that subcommand runs, so `bebop --help` stays instant.
 
 # name -> (module, help). Each module exposes add_arguments(parser) and run(args) -> int | None.
 COMMANDS = {
@@ -35,11 +39,49 @@ BENCHMARKS = {
 }
 
 
+# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
+FIELD_FLAGS = {"gen_dtype": "dtype", "autocast": "dtype", "init_head": "init", "run_dir": "run_dir"}
+
+
 def _add(subparsers, name: str, module: str, help_text: str) -> None:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
     mod = importlib.import_module(module)
     mod.add_arguments(parser)
-    parser.set_defaults(_run=mod.run)
+    parser.set_defaults(_run=mod.run, _parser=parser)
+
+
+def _flag(parser: argparse.ArgumentParser, field: str) -> str | None:
+    """The command line's name for a config field (`--batch-size` for batch_size), None where no flag sets it."""
+    dest = FIELD_FLAGS.get(field, field)
+    return next((a.option_strings[0] for a in parser._actions if a.dest == dest and a.option_strings), None)
+
+
+def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """A job's error as the command line's user reads it: config fields named by their flags ("RLConfig.steps",
+    and "lr" or "run_dir" where the message opens with the field, become "--steps", "--lr", "--run-dir"), and
+    "pass resume=True" becomes "pass --resume". Fields no flag sets keep their names."""
+    message = re.sub(r"\b[A-Z]\w*Config\.(\w+)", lambda m: _flag(parser, m.group(1)) or m.group(0), message)
+    head, sep, tail = message.partition(" must ")
+    if not sep:
+        head, sep, tail = message.partition(" is not empty")
+    if sep:
+        head = re.sub(r"(?<![-\w.])([a-z]\w*)\b", lambda m: _flag(parser, m.group(1)) or m.group(0), head)
+        message = head + sep + tail
+    return message.replace("resume=True", _flag(parser, "resume") or "resume=True")
+
+
+def _unknown_command(argv: list[str]) -> str | None:
+    """One line for a command that does not exist, with the closest one ("did you mean"); None when it exists."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    known, name, where = [*COMMANDS, "bench"], argv[0], "command"
+    if name == "bench" and len(argv) > 1 and not argv[1].startswith("-"):
+        known, name, where = list(BENCHMARKS), argv[1], "benchmark"
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; the {where}s: {', '.join(known)}"
+    return f"bebop: error: unknown {where} '{name}'{hint}"
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -63,12 +105,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (unknown := _unknown_command(argv)) is not None:
+        print(unknown, file=sys.stderr)
+        return 2
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     # Bad input, found by the job's own checks before any heavy work: one line and exit 2, as argparse does.
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as err:
-        print(f"bebop: error: {err}", file=sys.stderr)
+        print(f"bebop: error: {in_flags(str(err), args._parser)}", file=sys.stderr)
         return 2
 
 

@@ -35,3 +35,19 @@ def real_runs_root() -> Path:
         if done.returncode != 0:
             raise AssertionError(f"bebop {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return root
+
+
+# The demo's two regimes at its default rows per step (32 and 4), shortened: `bebop demo`'s own four runs.
+DEMO = ["demo", "--steps", "4", "--max-new-tokens", "24", "--threads", "1"]
+
+
+@functools.cache
+def demo_runs() -> tuple[Path, str]:
+    """(the folder holding the four runs of one `bebop demo`, what it printed), made once per test process."""
+    root = Path(tempfile.mkdtemp(prefix="bebop-demo-runs-")) / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}  # rich wraps at the terminal's width
+    done = subprocess.run([sys.executable, "-m", "bebop", *DEMO, "--out", str(root)], cwd=root.parent, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"bebop {' '.join(DEMO)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return next(root.iterdir()), done.stdout

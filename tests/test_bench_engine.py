@@ -87,15 +87,16 @@ def test_compiled_engine_rows_stand_beside_the_eager_ones(tmp_path, monkeypatch)
     shapes alone took 2.5 of them). So torch.compile hands the functions back as they are."""
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     path = tmp_path / "engine.json"
-    assert main(["bench", "engine", "--models", "tiny", "--batch", "2", "--gamma", "2", "--new-tokens", "8",
-                 "--prompt-len", "4", "--repeats", "1", "--json", str(path)]) == 0
+    assert main(["bench", "engine", "--models", "tiny", "--batch", "1", "2", "--gamma", "2", "--new-tokens", "8",
+                 "--prompt-len", "4", "--repeats", "1", "--compile-batch", "2", "--json", str(path)]) == 0
     records = json.loads(path.read_text())
-    bebop = {(r["compiled"], r["mode"]): r for r in records if r["engine"] == "bebop"}
+    assert not any(r["compiled"] for r in records if r["batch"] == 1)  # compiled only where --compile-batch says
+    bebop = {(r["compiled"], r["mode"]): r for r in records if r["engine"] == "bebop" and r["batch"] == 2}
     assert set(bebop) == {(c, m) for c in (False, True) for m in ("plain", "to", "rs")}
     rs = bebop[(True, "rs")]
     assert rs["acceptance_rate"] > 0.97 and math.isfinite(rs["theoretical_speedup"])
     assert rs["speedup"] == pytest.approx(rs["tokens_per_s"] / bebop[(True, "plain")]["tokens_per_s"])  # one round
-    hf = next(r for r in records if r["engine"] == "hf" and r["mode"] == "plain")
+    hf = next(r for r in records if r["engine"] == "hf" and r["mode"] == "plain" and r["batch"] == 2)
     assert hf["bebop_compiled_plain_over_hf"] == pytest.approx(bebop[(True, "plain")]["tokens_per_s"] / hf["tokens_per_s"])
 
 

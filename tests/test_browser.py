@@ -51,6 +51,17 @@ LIVE_POINTS_JS = """() => {
 }"""
 
 
+# The runs drawn in the acceptance-vs-entropy chart (its marker traces' legend groups).
+LAW_SERIES_JS = """() => {
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const title = (gd.layout && gd.layout.title && gd.layout.title.text) || '';
+    if (title.includes('Acceptance vs entropy'))
+      return (gd.data || []).filter(t => t.mode === 'markers').map(t => t.legendgroup);
+  }
+  return [];
+}"""
+
+
 def _require_browser() -> None:
     missing = []
     if not CHROMIUM.exists():
@@ -126,8 +137,19 @@ def _browser(tmp_path: Path, height: int = 2300):
             browser.close()
 
 
+# The sidebar as the user reads it: the selected runs' chips and the line of their states.
+SIDEBAR_JS = """() => {
+  const side = document.querySelector('section[data-testid="stSidebar"]');
+  if (!side) return {chips: [], text: ''};
+  const chips = [...side.querySelectorAll('span[data-tag] > span[title]')].map(s => s.textContent);
+  return {chips, text: side.innerText};
+}"""
+
+
 @pytest.mark.timeout(300)
-def test_dashboard_follows_a_growing_run(tmp_path):
+def test_dashboard_follows_a_growing_run_and_finds_new_ones(tmp_path):
+    """Without a reload: a growing run's new points are drawn, a run started after the page opened appears (in the
+    sidebar's selection and on the chart), and a run that finishes reads finished."""
     _require_browser()
     root = tmp_path / "runs"
     for config in preview_configs(steps=40)[1:4]:
@@ -136,14 +158,25 @@ def test_dashboard_follows_a_growing_run(tmp_path):
     live.advance(12)
     stop = threading.Event()
     writer = threading.Thread(target=_grow, args=(live, stop, 0.5), daemon=True)
+    late = None
     try:
         with _dashboard(root, tmp_path) as port, _browser(tmp_path) as page:
             page.goto(f"http://127.0.0.1:{port}/live", timeout=60_000)
-            page.wait_for_function(f"({LIVE_POINTS_JS})() > 0", timeout=90_000)
+            page.get_by_text("per RL step", exact=True).click(timeout=90_000)  # a point per step: growth shows
+            page.wait_for_function(f"({LIVE_POINTS_JS})() >= 12", timeout=90_000)
             first = page.evaluate(LIVE_POINTS_JS)
             page.evaluate("window.__bebop_same_page = true")  # gone if the page reloads
             writer.start()
             page.wait_for_function(f"({LIVE_POINTS_JS})() >= {first + 3}", timeout=60_000)
+            late = SyntheticRun(root / "late", replace(preview_configs(steps=20)[2], name="late", seed=12))
+            late.advance(4)  # started after the page opened: it must join within one refresh (5 s)
+            page.wait_for_function(f"({SIDEBAR_JS})().chips.includes('late')", timeout=30_000)
+            page.wait_for_function(f"({LAW_SERIES_JS})().includes('late')", timeout=30_000)
+            stop.set()
+            writer.join(timeout=10)
+            live.close()  # finished: the sidebar's line of states must say so, not "running"
+            page.wait_for_function(f"!({SIDEBAR_JS})().text.includes('(live')", timeout=30_000)
+            assert "running 1 (late)" in " ".join(page.evaluate(SIDEBAR_JS)["text"].split())
             assert page.evaluate("window.__bebop_same_page === true"), "the page reloaded"
             page.wait_for_timeout(1500)  # let the other panels finish their redraw for the picture
             SCREENSHOT.parent.mkdir(exist_ok=True)
@@ -154,6 +187,8 @@ def test_dashboard_follows_a_growing_run(tmp_path):
         if writer.is_alive():
             writer.join(timeout=10)
         live.close()
+        if late is not None:
+            late.close()
     assert SCREENSHOT.stat().st_size > 10_000
 
 

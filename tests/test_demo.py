@@ -1,6 +1,7 @@
 """`bebop demo` end to end on a tiny stand-in for the embedded default (same directory layout)."""
 
 import argparse
+import math
 
 import pytest
 import torch
@@ -41,9 +42,9 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
                  "--max-new-tokens", "16", "--out", str(tmp_path / "runs"), "--threads", "1")
     assert demo.run(args) == 0
     out = capsys.readouterr().out
-    speed = out[out.index("rows per step"):]
+    speed = out[out.index("rows per step"):out.index("predicted: from measured costs")]
     assert [line.split()[1] for line in speed.splitlines() if line.split()[1:2] in (["4"], ["2"])] == ["4", "2"]
-    assert "bound" in out and "Why they differ" in out
+    assert "median over steady steps" in " ".join(out.split()) and "Why they differ" in out
     assert "bebop dashboard --runs" in out and "accept length" in out and "--self-draft" in out
     assert "γ=auto chose γ=" in out and " at 4 rows" in out and " at 2 rows" in out  # the depth of each regime
     runs = list_runs(tmp_path / "runs")
@@ -77,17 +78,32 @@ def records(steps, *, draft_s, verify_s, accepted):
     return rows
 
 
-def test_the_bound_divides_the_accept_length_by_the_measured_step_cost():
-    plain = records(3, draft_s=0.0, verify_s=0.01, accepted=None)
-    spec = records(3, draft_s=0.004, verify_s=0.02, accepted=2)  # a step costs (0.02 + 0.004) / 0.01 = 2.4 plain
-    result = demo.regime(plain, spec, rows=32)
-    assert result["accept_length"] == pytest.approx(3.0)
-    assert result["verify_cost"] == pytest.approx(2.0)
-    assert result["bound"] == pytest.approx(3.0 / 2.4)
+def test_the_prediction_divides_tokens_per_row_step_by_the_measured_step_cost():
+    plain = records(4, draft_s=0.0, verify_s=0.01, accepted=None)
+    spec = records(4, draft_s=0.004, verify_s=0.02, accepted=2)  # a step costs (0.02 + 0.004) / 0.01 = 2.4 plain
+    speed = demo.regime(plain, spec, rows=32)["speed"]
+    assert speed.tokens_per_row_step == pytest.approx(3.0) and speed.step_cost == pytest.approx(2.4)
+    assert speed.predicted == pytest.approx(3.0 / 2.4)
+    assert speed.rollout == 1.0 and not speed.beyond and speed.note() == ""
     no_costs = [{k: v for k, v in r.items() if not k.startswith("engine/")} for r in spec]
-    assert demo.regime(plain, no_costs, rows=32)["bound"] == pytest.approx(3.0)  # the accept length alone
-    both = [result, demo.regime(plain, records(3, draft_s=0.002, verify_s=0.011, accepted=2), rows=4)]
-    assert "2.0 plain steps at 32 rows and 1.1 plain steps at 4 rows" in demo.why_they_differ(both)
+    assert math.isnan(demo.regime(plain, no_costs, rows=32)["speed"].predicted)  # never a made-up one
+
+
+def _regime(rows, *, verify_s, accepted):
+    return demo.regime(records(4, draft_s=0.0, verify_s=0.01, accepted=None),
+                       records(4, draft_s=0.003, verify_s=verify_s, accepted=accepted), rows=rows)
+
+
+def test_why_they_differ_names_only_the_factor_that_differs():
+    same_cost = [_regime(32, verify_s=0.017, accepted=1), _regime(4, verify_s=0.017, accepted=2)]
+    text = demo.why_they_differ(same_cost)
+    assert "Most of the gap is the tokens per row-step (2.00 at 32 rows, 3.00 at 4)" in text
+    assert "the step cost" not in text  # 2.00 plain steps in both: not a reason
+    same_tokens = [_regime(32, verify_s=0.027, accepted=2), _regime(4, verify_s=0.012, accepted=2)]
+    expected = "Most of the gap is the step cost (3.00 plain steps at 32 rows, 1.50 at 4)"
+    assert expected in demo.why_they_differ(same_tokens)
+    close = [_regime(32, verify_s=0.017, accepted=2), _regime(4, verify_s=0.0172, accepted=2)]
+    assert "within 5% of each other" in demo.why_they_differ(close)
 
 
 def test_demo_bad_input(policy_dir, tmp_path):

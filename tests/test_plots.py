@@ -87,7 +87,7 @@ def test_downsampling_bound_keeps_the_ends():
     assert len(plots.acceptance_vs_entropy(points).data[0].x) <= plots.MAX_POINTS
 
 
-def test_smoothing_keeps_a_faint_raw_trace():
+def test_the_data_are_bold_and_the_smoothed_trend_faint():
     values = np.array([1.0, 3.0, np.nan, 2.0])
     w = 0.5
     expected = [1.0, (0.5 * 1 + 3) / 1.5, (0.5 * 1 + 3) / 1.5, (0.25 * 1 + 0.5 * 3 + 2) / 1.75]
@@ -96,12 +96,29 @@ def test_smoothing_keeps_a_faint_raw_trace():
         plots.smooth(values, 1.0)
     data = plots.over_time({"a": _train(30), "b": _train(30, seed=2)}, ["actor/entropy"], x="time")
     fig = plots.lines(data, ["actor/entropy"], title="Entropy", y_title="nats", x="time", smoothing=0.8)
-    raw = [t for t in fig.data if t.opacity == 0.25]
-    assert len(raw) == 2 and all(not t.showlegend for t in raw)
-    np.testing.assert_allclose(raw[0].x, np.arange(30) * 10 / 60)  # wall time in minutes
+    bold = [t for t in fig.data if t.hoverinfo != "skip"]
+    faint = [t for t in fig.data if t.hoverinfo == "skip"]
+    assert len(bold) == len(faint) == 2 and all(t.opacity < 0.5 and not t.showlegend for t in faint)
+    assert all(t.opacity is None for t in bold)  # the data, fully opaque, in the legend
+    for trace in bold:  # the bold line is the data: it ends at the last value logged, as the tables read it
+        part = data[data["run"] == trace.name]
+        np.testing.assert_allclose(trace.y, part["actor/entropy"])
+    np.testing.assert_allclose(bold[0].x, np.arange(30) * 10 / 60)  # wall time in minutes
     assert fig.layout.xaxis.title.text == "wall time (min)"
     a, b = plots.run_colors(["a", "b"]).values()
     assert {t.line.color for t in fig.data} == {a, b}
+
+
+def test_step_axes_have_whole_ticks_and_acceptance_starts_at_zero():
+    data = plots.over_time({"a": _train(5)}, [plots.ACCEPT_LENGTH])
+    fig = plots.lines(data, [plots.ACCEPT_LENGTH], title="Accept length", y_title="tokens", from_zero=True)
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"  # not 0.2, 0.4, ...
+    assert fig.layout.yaxis.rangemode == "tozero"
+    long = plots.lines(plots.over_time({"a": _train(40)}, ["actor/entropy"]), ["actor/entropy"], title="H",
+                       y_title="nats")
+    assert long.layout.xaxis.dtick is None and long.layout.xaxis.tickformat == "d"  # Plotly's spacing, no decimals
+    law = plots.acceptance_vs_entropy(plots.entropy_points({"a": _train(12)}))
+    assert law.layout.yaxis.rangemode == "tozero" and "12 points" in law.data[0].name
 
 
 def test_per_position_lines_and_pooled_bars():
@@ -132,33 +149,25 @@ def test_step_time_breakdown_and_speedup():
     fig = plots.step_time_figure(times.reset_index())
     # Side by side, not stacked: async generation and update overlap, their sum is not the step.
     assert [t.name for t in fig.data] == ["generation", "update", "whole step"] and fig.layout.barmode == "group"
-    pooled = metrics.derive(metrics.pool(trains["rs"].to_dict("records")))
-    alphas = [pooled[f"spec/alpha_pos/{i}"] for i in range(3)]
-    measured = plots.speedup_table(trains, "plain").set_index("run")
-    assert measured.loc["rs", "costs"] == "measured"
-    assert measured.loc["rs", "draft_cost"] == pytest.approx(0.012 / 3 / 0.02)  # per draft step, in plain steps
-    assert measured.loc["rs", "verify_cost"] == pytest.approx(0.03 / 0.02)
-    assert measured.loc["rs", "theoretical"] == pytest.approx(
-        metrics.theoretical_speedup(alphas, 3, draft_cost=0.2, verify_cost=1.5))
-    table = plots.speedup_table(trains, "plain", draft_cost=0.1, verify_cost=1.2).set_index("run")
-    assert table.loc["rs", "costs"] == "assumed"
+    table = plots.speedup_table(trains, {"rs": "plain"}).set_index("run")
+    assert list(table.index) == ["rs"] and table.loc["rs", "plain_run"] == "plain"  # a plain run is no row
     assert table.loc["rs", "measured_end_to_end"] == pytest.approx(7.0 / 3.0)
     assert table.loc["rs", "measured_rollout"] == pytest.approx(3.0)
-    assert table.loc["rs", "theoretical"] == pytest.approx(
-        metrics.theoretical_speedup(alphas, 3, draft_cost=0.1, verify_cost=1.2))
-    assert table.loc["plain", "measured_end_to_end"] == 1.0
-    bars = plots.speedup_figure(table.reset_index(), "plain").data
-    assert len(bars) == 2 and list(bars[0].y) == pytest.approx(list(table["measured_end_to_end"]))
-    bound = plots.bound_figure(table.reset_index()).data
-    assert [b.name for b in bound] == ["from assumed step costs"] and list(bound[0].x) == ["rs"]
-    with pytest.raises(ValueError, match="baseline"):
-        plots.speedup_table(trains, "missing")
+    assert table.loc["rs", "step_cost"] == pytest.approx((0.012 + 0.03) / 0.02)  # drafts + verify, in plain steps
+    steady = trains["rs"].iloc[1:-1]
+    tokens = 1 + steady["spec/num_accepted_tokens"].sum() / steady["spec/num_drafts"].sum()
+    assert table.loc["rs", "predicted"] == pytest.approx(tokens / 2.1)
+    assert table.loc["rs", "note"].startswith("measured 3.00x is")  # beyond its prediction: flagged
+    bars = plots.speedup_figure(table.reset_index()).data
+    assert [b.name for b in bars] == ["generation, measured", "whole step, measured",
+                                      "generation, predicted from measured costs"]
+    assert list(bars[0].x) == pytest.approx([3.0]) and bars[2].marker.pattern.shape == "/"
 
 
-def test_speedup_bound_needs_logged_costs_or_an_assumption():
+def test_no_prediction_without_logged_costs():
     trains = {"plain": _train(4, spec=False), "rs": _train(4)}
-    row = plots.speedup_table(trains, "plain").set_index("run").loc["rs"]
-    assert row["costs"] == "not logged" and np.isnan(row["theoretical"])  # never a made-up bound
+    row = plots.speedup_table(trains, {"rs": "plain"}).set_index("run").loc["rs"]
+    assert np.isnan(row["step_cost"]) and np.isnan(row["predicted"]) and row["note"] == ""  # never a made-up one
 
 
 def test_fitted_line_stays_above_zero():

@@ -71,6 +71,6 @@ def test_speed_page_shows_them(root, monkeypatch):
     at = at.run().switch_page(str(REPO / "bebop" / "app" / "views" / "speed.py")).run()
     assert not at.exception
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
-    assert {"Draft depth chosen by the engine (gamma=auto)", "Measured engine step cost by depth",
-            "Draft health: acceptance minus the entropy law's prediction"} <= set(titles)
+    assert {"Draft depth chosen by the engine (gamma=auto)",
+            "Measured engine step cost by depth (a line per rows bucket)", "Draft health: acceptance minus the entropy law's prediction"} <= set(titles)
     assert any("mismatch term" in str(w.value) for w in at.warning)

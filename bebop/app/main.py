@@ -13,8 +13,11 @@ import streamlit as st
 from bebop.app import state
 
 VIEWS = Path(__file__).resolve().parent / "views"  # not "pages/": Streamlit would auto-register that folder
-# Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default.
+REFRESH_S = 5  # seconds between the sidebar's looks for new runs and state changes (the Live page's choice when set)
+# Selected runs show whole in the sidebar: Streamlit cuts a multiselect chip at a fixed width by default, and the box
+# of chips at a fixed height (three wrapped run names fill it), scrolling the rest out of sight.
 CHIPS_CSS = """<style>
+section[data-testid="stSidebar"] [data-testid="stMultiSelect"] div { max-height: none; }
 section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] { max-width: 100%; height: auto; }
 section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] > span[title] { max-width: none;
   white-space: normal; overflow: visible; text-overflow: clip; overflow-wrap: anywhere; }
@@ -22,17 +25,37 @@ section[data-testid="stSidebar"] [data-testid="stMultiSelect"] span[data-tag] > 
 
 
 def _selection(root: Path, labels: dict) -> list[str]:
-    """The selection to show under `root`: the user's, minus runs that left it (said once, in a warning), or
-    the default one when the root is new to this session (a change of root is not a run going missing)."""
+    """The selection to show under `root`: the user's, minus runs that left it (said once, in a warning), plus runs
+    that appeared under it since the last look (a job started after the page opened is what the user came to watch),
+    or the default one when the root is new to this session (a change of root is not a run going missing)."""
     chosen = st.session_state.get("runs_selected")
-    seen_root = st.session_state.get("runs_selected_root")
-    st.session_state["runs_selected_root"] = str(root)
+    seen_root, seen = st.session_state.get("runs_selected_root"), st.session_state.get("runs_seen")
+    st.session_state["runs_selected_root"], st.session_state["runs_seen"] = str(root), list(labels)
     if chosen is None or seen_root not in (None, str(root)):
         return state.default_selection(list(labels.values()), labels)
     gone = [name for name in chosen if name not in labels]
     if gone:
         st.warning(f"No longer under the root (deleted or moved): {', '.join(gone)}", icon=":material/folder_off:")
-    return [name for name in chosen if name in labels]
+    new = [name for name in labels if seen is not None and name not in seen and name not in chosen]
+    return [name for name in chosen if name in labels] + new
+
+
+def _watch(root: Path, states: dict[str, str]) -> None:
+    """Rerun the whole app when a run appears under the root, leaves it or changes state: the sidebar, the selection
+    and every page then show it (the Live page's panels refresh only themselves)."""
+    _, infos, _ = state.discover(str(root))
+    if {str(info.path): info.state for info in infos} != states:
+        st.rerun()
+
+
+def _summary(picked: list[str], labels: dict) -> str:
+    """The selection's states in one line; runs named only where their state is not "finished"."""
+    by_state: dict[str, list[str]] = {}
+    for name in picked:
+        by_state.setdefault(labels[name].state, []).append(name)
+    parts = [f"{state.badge(state_name)} {len(names)}" + ("" if state_name == "finished" else f" ({', '.join(names)})")
+             for state_name, names in by_state.items()]
+    return f"{len(picked)} selected: " + " · ".join(parts)
 
 
 def sidebar() -> None:
@@ -46,11 +69,11 @@ def sidebar() -> None:
         st.session_state["runs_selected"] = _selection(root, labels)
         picked = st.multiselect("Runs", options=list(labels), key="runs_selected", placeholder="Pick runs to show")
         if picked:
-            st.caption(" · ".join(f"{name} {state.badge(labels[name].state)}" for name in picked))
-        if message:
-            st.caption(message)
-        else:
-            st.caption(f"{len(infos)} run(s) under `{root}`")
+            st.caption(_summary(picked, labels))
+        st.caption(message or f"{len(infos)} run(s) under `{root}`")
+        paused = st.session_state.get("live_paused", False)
+        every = None if paused else st.session_state.get("live_every", REFRESH_S)
+        st.fragment(run_every=every)(_watch)(root, {str(info.path): info.state for info in infos})
     st.session_state["_bebop_ctx"] = (root, infos, [labels[name] for name in picked], message)
 
 

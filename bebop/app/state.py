@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from bebop import metrics, plots
+from bebop import metrics, plots, speedup
 from bebop.runlog import Run, RunInfo, list_runs, load_run
 from bebop.runlog.setup import SETUP_KEYS
 
@@ -30,11 +31,15 @@ TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "
           "mtp_objective": "MTP loss", "mtp_strategy": "MTP strategy", "gamma": "γ", "mode": "mode",
           "steps": "steps", "accept_length": "accept length", "final_reward": "reward (last tenth)",
           "final_entropy": "entropy (last tenth)", "final_step_s": "s / step (last tenth)",
-          "slope": "slope (per nat)", "r2": "R²", "series": "series", "measured_end_to_end": "measured, whole step",
-          "measured_rollout": "measured, generation", "theoretical": "bound (theory)",
-          "draft_cost": "draft cost (plain steps)", "verify_cost": "verify cost (plain steps)", "costs": "costs"}
+          "slope": "slope (per nat)", "r2": "R²", "series": "series", "plain_run": "plain partner",
+          "measured_end_to_end": "whole step, measured", "measured_rollout": "generation, measured",
+          "predicted": "generation, predicted", "tokens_per_row_step": "tokens / row-step",
+          "step_cost": "step cost (plain steps)", "note": "note", "n": "points", "intercept": "intercept",
+          "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
+_COLORS = "_bebop_colors"  # session key: {run label: colour}
+MISSING = "—"  # what a table cell shows where a run has no such value
 
 
 def default_root() -> str:
@@ -54,6 +59,33 @@ def shown(value: Any) -> Any:
 def is_plain(info: RunInfo) -> bool:
     """An RL run that decodes without MTP: the baseline every speedup is measured against."""
     return info.kind == "rl" and info.setup.get("rollout") == "none"
+
+
+def speed_pairs(chosen: list[RunInfo], infos: list[RunInfo], root: Path) -> tuple[dict[str, RunInfo], dict[str, str]]:
+    """Each selected MTP run's plain partner, a run with the same workload (`bebop.speedup.differences`): one of the
+    selection, else one in the same folder, else the newest under the root. ({MTP label: partner}, {MTP label: why
+    it has none}); a run without a partner gets no speedup."""
+    picked = {info.path for info in chosen}
+    plains = [info for info in infos if is_plain(info)]
+    pairs, unpaired = {}, {}
+    for info in chosen:
+        if info.kind != "rl" or is_plain(info):
+            continue
+        order = sorted(plains, key=lambda p: (p.path not in picked, p.path.parent != info.path.parent))
+        gaps = {label(p, root): speedup.differences(p.meta, info.meta) for p in order}
+        found = next((p for p in order if not gaps[label(p, root)]), None)
+        if found is not None:
+            pairs[label(info, root)] = found
+        elif not order:
+            unpaired[label(info, root)] = "no run under the root decodes plainly"
+        else:
+            closest = min(gaps, key=lambda name: len(gaps[name]))
+            ours, theirs = speedup.workload(info.meta), speedup.workload(next(p.meta for p in order
+                                                                               if label(p, root) == closest))
+            unpaired[label(info, root)] = (
+                f"no plain-decoding run has its workload; the closest, `{closest}`, differs in "
+                + ", ".join(f"{speedup.WORKLOAD[key]} ({ours[key]} vs {theirs[key]})" for key in gaps[closest]))
+    return pairs, unpaired
 
 
 def default_selection(infos: list[RunInfo], labels: Mapping[str, RunInfo]) -> list[str]:
@@ -151,6 +183,34 @@ def entropy_points(runs: Mapping[str, Run], *, by: str = "step") -> tuple[pd.Dat
     return pd.concat(parts, ignore_index=True), "acceptance rate (accepted / reached drafts)"
 
 
+LAW_VIEWS = {"step": "per RL step", "bin": "per entropy bin"}
+
+
+def law_fits(runs: Mapping[str, Run]) -> dict[str, pd.DataFrame]:
+    """The entropy law's fits in both views ({view: `plots.entropy_fits`}), to say which the data support."""
+    return {view: plots.entropy_fits(entropy_points(runs, by=view)[0]) for view in LAW_VIEWS}
+
+
+def better_law_view(runs: Mapping[str, Run]) -> str:
+    """The view whose fits explain more (the higher median R² over the runs; per step when neither fits yet)."""
+    r2 = {view: fits["r2"].dropna().median() for view, fits in law_fits(runs).items()}
+    return "bin" if r2["bin"] > r2["step"] or (pd.isna(r2["step"]) and not pd.isna(r2["bin"])) else "step"
+
+
+def law_views_caption(runs: Mapping[str, Run], shown_view: str) -> str:
+    """How well the law fits in each view (R² range and points per fit), so the view shown is a reasoned choice."""
+    parts = []
+    for view, fits in law_fits(runs).items():
+        fitted = fits.dropna(subset=["r2"])
+        if fitted.empty:
+            parts.append(f"{LAW_VIEWS[view]}: too few points to fit")
+            continue
+        r2 = f"{fitted['r2'].min():.2f}" + (f"–{fitted['r2'].max():.2f}" if len(fitted) > 1 else "")
+        n = f"{fitted['n'].min()}" + (f"–{fitted['n'].max()}" if fitted["n"].nunique() > 1 else "")
+        parts.append(f"{LAW_VIEWS[view]}: R² {r2} over {n} points")
+    return f"Fitted lines, {'; '.join(parts)}. Shown: {LAW_VIEWS[shown_view]}."
+
+
 def eval_points(runs: Mapping[str, Run]) -> pd.DataFrame:
     """The per-token entropy law of evaluation runs (their `tokens` streams), one series per (head, method)."""
     parts = [plots.token_points({name: run.streams["tokens"]},
@@ -165,10 +225,12 @@ def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
     rows = []
     for info in infos:
         row = {"run": label(info, root), "state": info.state,
-               "kind": info.kind, "step": info.step}
+               "kind": info.kind + (" (synthetic)" if info.meta.get("synthetic") else ""), "step": info.step}
         row.update({key: shown(info.setup.get(key)) for key in CONFIG_KEYS})
-        row["created"] = pd.to_datetime(info.created, unit="s") if info.created else None
-        row["heartbeat_age_s"] = round(now - info.heartbeat, 1) if info.heartbeat else None
+        row["created"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created)) if info.created else None
+        # Only a run still writing has a heartbeat worth reading; a finished run's age only says when it ended.
+        live = info.state in ("running", "stale")
+        row["heartbeat_age_s"] = round(now - info.heartbeat, 1) if info.heartbeat and live else None
         row["message"] = info.message
         rows.append(row)
     return pd.DataFrame(rows)
@@ -187,14 +249,52 @@ def note_spec_gaps(trains: Mapping[str, pd.DataFrame]) -> None:
                    f"{', '.join(f'`{m}`' for m in missing)}.")
 
 
-def column_titles(table: pd.DataFrame, formats: Mapping[str, str] | None = None) -> dict:
-    """st.dataframe column_config: readable titles for every known column, number formats where given."""
-    config = {}
+def run_colors(names: Iterable[str]) -> dict[str, str]:
+    """Each run's colour for the whole session: given when the run is first shown (a palette colour none of the
+    other runs shown with it has, while the palette lasts) and never changed after, so a run keeps its colour
+    whichever runs join or leave the selection."""
+    given: dict[str, str] = st.session_state.setdefault(_COLORS, {})
+    names = list(dict.fromkeys(names))
+    for name in names:
+        if name not in given:
+            taken = [given[other] for other in names if other in given]
+            given[name] = min(plots.PALETTE, key=lambda color: (taken.count(color), plots.PALETTE.index(color)))
+    return {name: given[name] for name in names}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
+               helps: Mapping[str, str] | None = None) -> None:
+    """A table as users read it: readable titles, numbers formatted (`formats`: printf patterns by column, else 4
+    significant digits), and "—" where a run has no value, never None or nan. A column with gaps or mixed types
+    (γ: 3 and "auto", which Arrow cannot serialise as one) is shown as text, right-aligned where it holds numbers."""
+    table, config = table.reset_index(drop=True), {}
+    if "run" in table.columns:  # runs of one folder (the demo's four): its name once, above, and the table fits
+        folders = {str(run).rpartition("/")[0] for run in table["run"]}
+        if len(folders) == 1 and (folder := folders.pop()):
+            st.caption(f"Runs in `{folder}/`")
+            table["run"] = [str(run).rpartition("/")[2] for run in table["run"]]
     for column in table.columns:
-        title = TITLES.get(column, column)
-        fmt = (formats or {}).get(column)
-        config[column] = st.column_config.NumberColumn(title, format=fmt) if fmt else title
-    return config
+        values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
+        present = [v for v in values if not _missing(v)]
+        numeric = bool(present) and all(_is_number(v) for v in present)
+        pattern = (formats or {}).get(column) or ("%.4g" if numeric and any(isinstance(v, float) for v in present)
+                                                   else None)
+        if len(present) < len(values) or len({type(v) for v in present}) > 1 and not numeric:
+            table[column] = [MISSING if _missing(v) else pattern % v if pattern and numeric else str(v) for v in values]
+            config[column] = st.column_config.TextColumn(title, help=help_text, alignment="right" if numeric else None)
+        elif numeric:
+            config[column] = st.column_config.NumberColumn(title, help=help_text, format=pattern)
+        else:
+            config[column] = st.column_config.Column(title, help=help_text)
+    st.dataframe(table, hide_index=True, width="stretch", column_config=config)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and np.isnan(value))
 
 
 def download(data: pd.DataFrame, file_name: str, key: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -44,6 +45,19 @@ def streamlit_command(args: argparse.Namespace, script: str | os.PathLike = APP_
     ]
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another server listens on, before anything is printed: bind it as streamlit would (address
+    reuse on, so a socket of a server that just stopped does not count) and let it go."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise ValueError(f"--port {port}: cannot serve on {host}:{port} ({err.strerror or err}; another "
+                             "dashboard?): pick another --port") from err
+
+
 def runs_root(args: argparse.Namespace) -> Path:
     root = args.runs if args.runs is not None else Path(os.environ.get("BEBOP_RUNS") or "runs")
     return root.expanduser().resolve()
@@ -53,6 +67,7 @@ def run(args: argparse.Namespace) -> int:  # never returns: the process becomes 
     if importlib.util.find_spec("streamlit") is None:
         raise ValueError("the dashboard needs streamlit: pip install 'bebop[app]' (or pip install streamlit)")
     command = streamlit_command(args)
+    check_port(args.host, args.port)
     root = runs_root(args)
     print(f"bebop dashboard: {root} on http://{args.host}:{args.port}  (Ctrl-C stops)", flush=True)
     # exec, not a child process: Ctrl-C and kill reach streamlit itself, and no orphan server is left behind.

@@ -13,10 +13,9 @@ once at `--prompts` x `--group` rows per step (32 by default, a usual RL batch) 
 `--group` (4: the small effective batch of the long tails of agentic rollouts, where the paper's gain is largest).
 It prints what changed: reward and entropy (the same, up to sampling noise: rejection sampling is lossless), the
 accept length, the γ the engine chose, the step and rollout times, and per regime the measured speedups beside
-their bound: the tokens per row and engine step over the measured cost of an engine step in plain steps
-(`bebop.metrics.theoretical_speedup`'s arithmetic), or the accept length alone where the runs did not log the
-engine's step costs. All runs land under
-`--out` (default ./runs), so the dashboard shows them:
+what the measured costs predict (`bebop.speedup`: the statistic and the arithmetic the dashboard's Speed page uses,
+so both show the same ratios), a measurement beyond its prediction flagged with the numbers that may explain it.
+All runs land under `--out` (default ./runs), so the dashboard shows them:
 
     bebop dashboard --runs runs
 """
@@ -24,6 +23,7 @@ engine's step costs. All runs land under
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -37,17 +37,19 @@ from bebop.rl.config import TASKS, RLConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)}")
-    parser.add_argument("--steps", type=int, default=6, help="RL steps per run")
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step of the large-batch regime")
+    parser.add_argument("--task", default="math", help=f"one of {list(TASKS)} (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=6, help="RL steps per run (default: %(default)s)")
+    parser.add_argument("--prompts", type=int, default=8,
+                        help="prompts per step of the large-batch regime (default: %(default)s)")
     parser.add_argument("--small-prompts", type=int, default=1,
-                        help="prompts per step of the small-batch regime (0: skip it)")
-    parser.add_argument("--group", type=int, default=4, help="completions per prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+                        help="prompts per step of the small-batch regime, 0 skips it (default: %(default)s)")
+    parser.add_argument("--group", type=int, default=4, help="completions per prompt (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per completion (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("runs"), help="runs root the dashboard reads")
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv", help=f"the frozen MTP head: {HEAD_HELP} (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the prompts and of sampling, the same in every run (default: %(default)s)")
     parser.add_argument("--gamma", type=gamma_arg, default="auto",
                         help="draft depth of the MTP runs, an int >= 1 or 'auto' (chosen per engine step) "
                              "(default: %(default)s)")
@@ -63,45 +65,16 @@ def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
                           samples_per_step=4, device=args.device, gen_dtype=args.dtype, **overrides)
 
 
-def step_seconds(records: list[dict]) -> dict[str, float] | None:
-    """Seconds per engine step (draft; verify with the catch-up after it), pooled over the steps after the first;
-    None when the trainer did not log the engine's counters."""
-    from bebop.metrics import ENGINE_COUNTERS, engine_step_costs
-
-    timed = records[1:] or records
-    if not all(key in timed[0] for key in ENGINE_COUNTERS):
-        return None
-    costs = engine_step_costs({key: sum(r[key] for r in timed) for key in ENGINE_COUNTERS})
-    return None if costs is None else {"draft": costs["draft_s"], "verify": costs["verify_s"]}
-
-
-def tokens_per_row_step(records: list[dict]) -> float | None:
-    """1 + accepted drafts per row and engine step, over every engine step (plain ones too, where gamma="auto" chose
-    0): the accept length of a run whose depth varies. None when the engine's row-steps were not logged."""
-    row_steps = sum(r.get("engine/num_row_steps", 0) for r in records)
-    if not row_steps or "spec/num_accepted_tokens" not in records[0]:
-        return None
-    return 1 + sum(r["spec/num_accepted_tokens"] for r in records) / row_steps
-
-
 def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> dict:
-    """One regime's measured speedups and their bound. The bound is the tokens per row and engine step (the accept
-    length, plain steps counted) divided by what an engine step costs in plain steps ((verify + drafts) / plain
-    step, both measured by the engine in these runs), or the accept length alone (drafting and verifying as cheap
-    as one plain step) when the costs were not logged."""
+    """One regime: both runs summarised and the MTP run's speedup over the plain one beside its prediction from
+    measured costs (`bebop.speedup`: the statistic and the arithmetic the dashboard's Speed page uses)."""
     from bebop.rl.compare import summarize
+    from bebop.speedup import speedup
 
-    plain, spec = summarize(plain_records), summarize(spec_records)
-    tokens = tokens_per_row_step(spec_records) or spec["accept_length"]
-    out = {"rows": rows, "plain": plain, "spec": spec, "accept_length": spec["accept_length"],
-           "end_to_end": plain["step_s"] / spec["step_s"], "rollout": plain["gen_s"] / spec["gen_s"],
-           "bound": spec["accept_length"], "verify_cost": None, "gamma_mode": spec.get("gamma_mode"),
-           "gamma_mean": spec.get("gamma_mean")}
-    plain_cost, spec_cost = step_seconds(plain_records), step_seconds(spec_records)
-    if plain_cost and spec_cost and plain_cost["verify"] > 0:
-        step_cost = (spec_cost["draft"] + spec_cost["verify"]) / plain_cost["verify"]
-        out.update(bound=tokens / step_cost, verify_cost=spec_cost["verify"] / plain_cost["verify"])
-    return out
+    spec = summarize(spec_records)
+    return {"rows": rows, "plain": summarize(plain_records), "spec": spec,
+            "speed": speedup(plain_records, spec_records), "gamma_mode": spec.get("gamma_mode"),
+            "gamma_mean": spec.get("gamma_mean")}
 
 
 def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
@@ -117,27 +90,45 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
         ("accept length (steps that drafted)", "-", fmt(spec.get("accept_length"), "{:.2f}")),
         ("γ chosen: most often (mean)", "-", "-" if spec.get("gamma_mode") is None else
          f"{spec['gamma_mode']} ({spec['gamma_mean']:.1f})"),
-        ("rollout time / step (s)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
-        ("step time (s)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
+        ("rollout time / step (s, median)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
+        ("step time (s, median)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
     ]
 
 
 def why_they_differ(regimes: list[dict]) -> str:
-    """One sentence on why the regimes' speedups differ, with the measured verify costs when there are some."""
-    costs = [r for r in regimes if r["verify_cost"] is not None]
-    if len(costs) == len(regimes) > 1:
-        measured = " and ".join(f"{r['verify_cost']:.1f} plain steps at {r['rows']} rows" for r in regimes)
-        return (f"Why they differ: verifying γ+1 tokens per row cost {measured}; the more rows decode together, the "
-                "more compute-bound a CPU step is, so the same accept length buys less (a GPU's memory-bound decode "
-                "keeps verification near one plain step at RL batch sizes).")
-    return ("Why they differ: verifying γ+1 tokens per row costs little more than one plain step when few rows decode "
-            "together, but up to γ+1 plain steps when many do (a CPU is compute-bound there), so the same accept "
-            "length buys less at large batch (a GPU's memory-bound decode keeps verification cheap).")
+    """One sentence on why the regimes' predicted speedups differ, from their numbers: each regime's tokens per
+    row-step and step cost, and which of the two differs more (never a factor that is the same in both)."""
+    if len(regimes) < 2:
+        return ""
+    speeds = [r["speed"] for r in regimes]
+    if not all(math.isfinite(s.predicted) for s in speeds):
+        return "Why they differ: the engine's step costs were not logged, so nothing here says."
+    each = "; ".join(f"at {r['rows']} rows an engine step gained {s.tokens_per_row_step:.2f} tokens per row and cost "
+                     f"{s.step_cost:.2f} plain steps (predicted {s.predicted:.2f}x)" for r, s in zip(regimes, speeds))
+    (large, a), (small, b) = sorted(zip([r["rows"] for r in regimes], speeds), key=lambda x: -x[0])[:2]
+    gap, tokens, cost = (math.log(x / y) for x, y in ((a.predicted, b.predicted),
+                                                      (a.tokens_per_row_step, b.tokens_per_row_step),
+                                                      (a.step_cost, b.step_cost)))
+    if abs(gap) < math.log(1.05):
+        return f"Why they differ: {each}. The predictions lie within 5% of each other, so the measured difference " \
+               "comes from outside the decode loop or from timing noise."
+    if abs(tokens) >= abs(cost):
+        reason = f"the tokens per row-step ({a.tokens_per_row_step:.2f} at {large} rows, {b.tokens_per_row_step:.2f} " \
+                 f"at {small})"
+    else:
+        reason = f"the step cost ({a.step_cost:.2f} plain steps at {large} rows, {b.step_cost:.2f} at {small})"
+    return f"Why they differ: {each}. Most of the gap is {reason}."
+
+
+def _fmt(value: float, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None or math.isnan(value) else pattern.format(value)
 
 
 def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from bebop.speedup import STATISTIC
 
     console = Console()
     table = Table(title=f"GRPO, same seed: plain decoding vs MTP + RS ({head} head, frozen)")
@@ -149,17 +140,21 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
     for lines in zip(*columns):
         table.add_row(lines[0][0], *(cell for line in lines for cell in line[1:]))
     console.print(table)
-    speed = Table(title="Speedup of MTP + RS over plain decoding (medians over steps after the first)")
-    for name in ("rows per step", "accept length", "rollout", "end to end", "bound"):
+    speed = Table(title=f"Speedup of MTP + RS over plain decoding at the same rows per step ({STATISTIC})")
+    for name in ("rows per step", "tokens / row-step", "step cost (plain steps)", "predicted", "rollout",
+                 "end to end"):
         speed.add_column(name, justify="right")
     for r in regimes:
-        speed.add_row(str(r["rows"]), f"{r['accept_length']:.2f}", f"{r['rollout']:.2f}x", f"{r['end_to_end']:.2f}x",
-                      f"{r['bound']:.2f}x")
+        s = r["speed"]
+        speed.add_row(str(r["rows"]), _fmt(s.tokens_per_row_step), _fmt(s.step_cost), _fmt(s.predicted, "{:.2f}x"),
+                      _fmt(s.rollout, "{:.2f}x") + (" *" if s.beyond else ""), _fmt(s.end_to_end, "{:.2f}x"))
     console.print(speed)
-    bound = ("tokens per row-step / measured (verify + drafts) step cost in plain steps"
-             if all(r["verify_cost"] is not None for r in regimes) else
-             "the accept length: the engine's step costs were not logged, so drafting and verifying count as free")
-    console.print(f"bound: {bound}. Rewards differ only by sampling noise: RS is lossless.")
+    console.print("predicted: from measured costs, the tokens each row gains per engine step over what an engine step "
+                  "of the MTP run costs in the plain run's engine steps (the decode loop only: prefill and the update "
+                  "are outside it). Rewards differ only by sampling noise: RS is lossless.")
+    for r in regimes:
+        if r["speed"].beyond:
+            console.print(f"* {r['rows']} rows: {r['speed'].note()}.")
     chose = [f"γ={r['gamma_mode']} at {r['rows']} rows (mean {r['gamma_mean']:.1f} over engine steps)"
              for r in regimes if r.get("gamma_mode") is not None]
     if chose:

@@ -26,8 +26,8 @@ def add_device_args(parser: argparse.ArgumentParser, *, dtype_help: str = "the c
                         help="auto | cpu | cuda | cuda:N; auto = CUDA when present, else the CPU (default: %(default)s)")
     default = "%(default)s" if dtype_default is not None else "the preset's"
     parser.add_argument("--dtype", *dtype_aliases, dest="dtype", default=dtype_default, choices=DTYPE_NAMES,
-                        help=f"{dtype_help}: auto = bf16 on CUDA and on CPUs with native bf16, else fp32 "
-                             f"(default: {default})")
+                        help=f"{dtype_help} (default: {default}); auto picks bf16 on CUDA and on CPUs with native "
+                             "bf16, else fp32")
 
 
 def _device_name(value: str) -> str:

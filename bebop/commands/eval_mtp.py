@@ -29,6 +29,7 @@ from rich.table import Table
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.eval_profiles import add_profile_argument, apply_profile
+from bebop.commands.outputs import check_new_run_dirs
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.tasks import dataset_config
 from bebop.data.tasks import get as get_task
@@ -152,17 +153,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", nargs="+", default=list(d.heads),
                         help=f"heads to compare, each {HEAD_HELP}; LABEL=HEAD names it in the tables "
                              "(default: %(default)s)")
-    parser.add_argument("--methods", nargs="+", default=list(d.methods), help="to and/or rs")
-    parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures))
+    parser.add_argument("--methods", nargs="+", default=list(d.methods),
+                        help="verification methods, to and/or rs (default: %(default)s)")
+    parser.add_argument("--temperatures", nargs="+", type=float, default=list(d.temperatures),
+                        help="sampling temperatures of the sweep; 3 or more fit the entropy law (default: %(default)s)")
     parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
                         help="built-in tasks and/or datasets: jsonl:PATH, parquet:PATH, a save_to_disk directory, "
                              "gym:NAME?FIELD=VALUE&... (reasoning-gym) (default: %(default)s)")
     add_prompt_args(parser)
-    parser.add_argument("--gamma", type=int, default=d.gamma)
-    parser.add_argument("--num-prompts", type=int, default=d.num_prompts)
-    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--threads", type=int, default=d.threads)
+    parser.add_argument("--gamma", type=int, default=d.gamma, help="draft depth γ (default: %(default)s)")
+    parser.add_argument("--num-prompts", type=int, default=d.num_prompts,
+                        help="prompts per task and temperature (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                        help="tokens per completion (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seed of the prompts and of sampling (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads (default: %(default)s)")
     parser.add_argument("--no-dtv", action="store_true",
                         help="skip the teacher-forced d_TV column (it takes about as long as the generation)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/eval-mtp-<time>)")
@@ -176,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
                            temperatures=tuple(args.temperatures), tasks=tuple(args.tasks), gamma=args.gamma,
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
+    check_new_run_dirs([args.run_dir], "--run-dir")
     device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}

@@ -31,11 +31,20 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.model).expanduser()
     if args.model != policy.SMOLLM2 and not (source.suffix == ".gguf" and source.is_file()):
         raise FileNotFoundError(f"get-model {args.model}: not '{policy.SMOLLM2}' and not an existing .gguf file")
+    target = args.dir if args.dir is not None else (gguf.cache_root() / policy.SMOLLM2 if args.model == policy.SMOLLM2
+                                                     else gguf.gguf_cache_dir(source))
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"get-model: {target} exists and is not a directory")
+    found = gguf.is_converted(target)  # a converted model there is used as it is: never converted over
+    if not found and target.is_dir() and any(target.iterdir()):
+        raise FileExistsError(f"get-model: {target} holds files but no converted model: name an empty or new DIR "
+                              "(nothing there is overwritten)")
     start = time.perf_counter()
-    if args.model == policy.SMOLLM2:
-        out = policy.get_smollm2(args.dir)
+    out = policy.get_smollm2(target) if args.model == policy.SMOLLM2 else gguf.convert_gguf(source, target)
+    if found:
+        print(f"bebop: {target} already holds a converted model; nothing converted (name another DIR to convert "
+              f"{args.model} afresh). At", flush=True)
     else:
-        out = gguf.convert_gguf(source, args.dir if args.dir is not None else gguf.gguf_cache_dir(source))
-    print(f"bebop: {args.model} ready in {time.perf_counter() - start:.0f} s at", flush=True)
+        print(f"bebop: {args.model} ready in {time.perf_counter() - start:.0f} s at", flush=True)
     print(Path(out).resolve())
     return 0

@@ -14,43 +14,54 @@ import time
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.outputs import check_new_run_dirs, check_out
 from bebop.device import resolve_device
 from bebop.pretrain import PretrainConfig, pretrain
 
 
+# Flags that set a PretrainConfig field of the same name: given, they override the preset (default or --tiny).
+FIELDS = {"steps": "optimiser steps", "batch_size": "demonstrations per step", "lr": "peak learning rate",
+          "error_rate": "fraction of deliberately wrong demonstrations", "eval_every": "evaluation every N steps",
+          "eval_prompts": "held-out prompts per task", "seed": "seed of the data and the initialisation",
+          "threads": "torch threads", "warmup": "linear warmup steps"}
+
+
+def _default(field: str) -> str:
+    full, tiny = getattr(PretrainConfig(), field), getattr(PretrainConfig.tiny(), field)
+    return f"default: {full}" + ("" if tiny == full else f"; with --tiny: {tiny}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = PretrainConfig()
-    parser.add_argument("--out", type=Path, default=None, help="checkpoint directory (HF layout + tokenizer)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="checkpoint directory (HF layout + tokenizer); must hold nothing unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the checkpoint already in --out (default: refuse)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/pretrain-<time>)")
-    parser.add_argument("--tasks", nargs="+", default=list(d.tasks), help="task families to train on")
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--error-rate", type=float, default=d.error_rate)
-    parser.add_argument("--eval-every", type=int, default=d.eval_every)
-    parser.add_argument("--eval-prompts", type=int, default=d.eval_prompts)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--threads", type=int, default=d.threads)
-    parser.add_argument("--init", type=Path, default=None, help="continue from this policy checkpoint")
-    parser.add_argument("--warmup", type=int, default=d.warmup)
-    parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
+    parser.add_argument("--tasks", nargs="+", default=list(PretrainConfig.tasks),
+                        help="task families to train on (default: %(default)s)")
+    for field, what in FIELDS.items():
+        kind = type(getattr(PretrainConfig(), field))
+        parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None, help=f"{what} ({_default(field)})")
+    parser.add_argument("--init", type=Path, default=None, help="continue from this policy checkpoint (default: none)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tiny test preset (seconds); flags given beside it override its values")
     add_device_args(parser, dtype_help="the autocast dtype (float32 master weights)", dtype_aliases=("--autocast",))
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:
-    """The CLI's config: defaults (or the tiny preset's sizes with --tiny) overridden by the flags given."""
-    if args.tiny:
-        return dataclasses.replace(PretrainConfig.tiny(), tasks=tuple(args.tasks), seed=args.seed, device=args.device,
-                                   autocast=args.dtype)
-    return PretrainConfig(tasks=tuple(args.tasks), steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                          min_lr=min(PretrainConfig.min_lr, args.lr), error_rate=args.error_rate,
-                          eval_every=args.eval_every, eval_prompts=args.eval_prompts, seed=args.seed,
-                          autocast=args.dtype, threads=args.threads, warmup=args.warmup, device=args.device,
-                          init=None if args.init is None else str(args.init))
+    """The CLI's config: the preset (--tiny or the default) with every flag given applied over it."""
+    base = PretrainConfig.tiny() if args.tiny else PretrainConfig()
+    given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
+    if "lr" in given:
+        given["min_lr"] = min(base.min_lr, given["lr"])
+    return dataclasses.replace(base, **given, tasks=tuple(args.tasks), autocast=args.dtype, device=args.device,
+                               init=None if args.init is None else str(args.init))
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    check_out(args.out, "--out", force=args.force, holds="a checkpoint")
+    check_new_run_dirs([args.run_dir], "--run-dir")
     resolve_device(config.device)  # --device cuda without CUDA fails here, before any work
     run_dir = args.run_dir or Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
     pretrain(config, run_dir, args.out)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="steps per finished run (default 60)")
     parser.add_argument("--live", type=float, default=None, metavar="SECONDS",
                         help="also write a run 'live' that grows by one step every SECONDS until interrupted")
-    parser.add_argument("--live-steps", type=int, default=100_000, help="stop the live run after this many steps")
+    parser.add_argument("--live-steps", type=int, default=100_000,
+                        help="stop the live run after this many steps (default: %(default)s)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the preview runs already in ROOT (synthetic ones only: a real run is never "
+                             "replaced)")
+
+
+def _is_synthetic(run_dir: Path) -> bool:
+    from bebop.files import read_json
+
+    try:
+        return bool(read_json(run_dir / "meta.json").get("synthetic"))
+    except (OSError, ValueError):
+        return False
+
+
+def clear_targets(targets: list[Path], *, force: bool) -> None:
+    """Make room for the preview's runs, or refuse with one line: a target in use is refused without --force, and a
+    target that is not a synthetic run is refused even with it (a preview never replaces a real run)."""
+    used = [path for path in targets if path.exists() and (not path.is_dir() or any(path.iterdir()))]
+    real = [path for path in used if not _is_synthetic(path)]
+    if real:
+        what = "exists and is not a preview run" if len(real) == 1 else "exist and are not preview runs"
+        raise FileExistsError(f"{', '.join(str(p) for p in real)} {what}: choose another ROOT (a preview never "
+                              "replaces a real run)")
+    if used and not force:
+        raise FileExistsError(f"{', '.join(str(p) for p in used)} already hold preview runs: pass --force to "
+                              "replace them, or choose another ROOT")
+    for path in used:
+        shutil.rmtree(path)
+
+
+def real_runs(root: Path) -> list[str]:
+    """The runs under `root` that are not synthetic (what a preview would sit beside)."""
+    if not root.is_dir():
+        return []
+    from bebop.runlog import list_runs
+
+    return [info.path.relative_to(root).as_posix() for info in list_runs(root) if not info.meta.get("synthetic")]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,8 +66,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--live must be a number of seconds >= 0, got {args.live}")
     from bebop.rl.synthetic import SyntheticRun, preview_configs, write_preview_runs
 
+    targets = [args.root / config.name for config in preview_configs(args.steps)]
+    targets += [args.root / "live"] if args.live is not None else []
+    clear_targets(targets, force=args.force)  # before anything is written: a refusal leaves ROOT as it was
+    others = real_runs(args.root)
     paths = write_preview_runs(args.root, args.steps)
     print("wrote", ", ".join(str(p) for p in paths))
+    if others:
+        print(f"note: {args.root} also holds {len(others)} real run(s) ({', '.join(others[:3])}"
+              f"{', ...' if len(others) > 3 else ''}); the dashboard marks the preview's as synthetic")
     if args.live is None:
         return 0
     config = replace(preview_configs(args.live_steps)[3], name="live", seed=7)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bebop import distributed
 from bebop.commands.device_args import add_device_args
+from bebop.commands.outputs import check_out, check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.tasks import dataset_config
 from bebop.data.tasks import get as get_task
@@ -28,30 +29,41 @@ from bebop.policy import POLICY_HELP
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
+# Flags that set a field of TrainMTPConfig of the same name: given, they override the preset (default or --tiny);
+# left out, the preset's value holds (so --tiny --steps 40 trains 40 steps, and a bad value is refused either way).
+FIELDS = {"objective": None, "depth": "γ_train recursive draft steps", "temperature": "rollout temperature",
+          "num_sequences": "self-generated sequences, all tasks together",
+          "max_new_tokens": "tokens per self-generated completion", "steps": "optimiser steps",
+          "batch_size": "sequences per step", "lr": "peak learning rate (AdamW)",
+          "warmup_frac": "linear warmup, fraction of steps", "grad_clip": "max gradient norm",
+          "eval_every": "held-out evaluation every N steps",
+          "checkpoint_every": "steps between checkpoints in the run directory, 0 = only at the end",
+          "seed": "seed of the data and the head's initialisation", "threads": "torch threads"}
+
+
+def _default(field: str) -> str:
+    def shown(value) -> str:
+        return " ".join(value) if isinstance(value, tuple) else str(value)
+
+    full, tiny = getattr(TrainMTPConfig(), field), getattr(TrainMTPConfig.tiny(), field)
+    return f"default: {shown(full)}" + ("" if tiny == full else f"; with --tiny: {shown(tiny)}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = TrainMTPConfig()
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
-    parser.add_argument("--objective", default=d.objective, help=f"one of {', '.join(OBJECTIVES)}")
-    parser.add_argument("--depth", type=int, default=d.depth, help="γ_train recursive draft steps")
-    parser.add_argument("--temperature", type=float, default=d.temperature, help="rollout temperature")
-    parser.add_argument("--tasks", nargs="+", default=list(d.tasks),
-                        help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory, "
-                             "gym:NAME?...) the policy answers for the head's training data (default: %(default)s)")
+    parser.add_argument("--objective", default=TrainMTPConfig.objective,
+                        help=f"the head's loss, one of {', '.join(OBJECTIVES)} (default: %(default)s)")
+    for field, what in FIELDS.items():
+        if what is not None:
+            kind = type(getattr(TrainMTPConfig(), field))
+            parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
+                                help=f"{what} ({_default(field)})")
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="built-in tasks and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk directory, gym:NAME?...) "
+                             f"the policy answers for the head's training data ({_default('tasks')})")
     add_prompt_args(parser)
-    parser.add_argument("--num-sequences", type=int, default=d.num_sequences)
-    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per self-generated completion")
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--warmup-frac", type=float, default=d.warmup_frac, help="linear warmup, fraction of steps")
-    parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="held-out evaluation every N steps")
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
-                        help="steps between checkpoints in the run directory, 0 = only at the end (default: %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --run-dir from its last checkpoint (default: a new run)")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--threads", type=int, default=d.threads)
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
     parser.add_argument("--data", type=Path, default=None,
                         help="the corpus cache directory: each task's self-generated answers, reused by every later "
@@ -60,33 +72,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft over the K ids carrying the most of the policy's probability on the corpus, its "
                              "stop ids included (EAGLE-3's draft vocabulary): a step and a draft cost K/V of the LM "
                              "head (default: the whole vocabulary; with --init, the init head's)")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the trained head (save_head)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for the trained head (save_head); must hold no head unless --force")
+    parser.add_argument("--force", action="store_true", help="replace the head already in --out (default: refuse)")
     parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/train-mtp-<time>)")
-    parser.add_argument("--tiny", action="store_true", help="the tiny test preset (seconds)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tiny test preset (seconds); flags given beside it override its values")
     add_device_args(parser, dtype_help="the compute dtype of the backbone's hidden states and the head (float32 "
                                        "master weights under autocast)", dtype_aliases=("--autocast",))
     add_mirror_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
-    if args.tiny:
-        return dataclasses.replace(TrainMTPConfig.tiny(args.objective), device=args.device, autocast=args.dtype,
-                                   **prompt_fields(args))
-    return dataclasses.replace(
-        TrainMTPConfig(objective=args.objective), depth=args.depth, temperature=args.temperature,
-        tasks=tuple(args.tasks), num_sequences=args.num_sequences, max_new_tokens=args.max_new_tokens,
-        steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, autocast=args.dtype,
-        eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
-        device=args.device,
-        init_head=None if args.init is None else str(args.init), draft_vocab=args.draft_vocab, **prompt_fields(args))
+    """The preset (--tiny or the default) with every flag given applied over it."""
+    base = TrainMTPConfig.tiny(args.objective) if args.tiny else TrainMTPConfig(objective=args.objective)
+    given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
+    if args.tasks is not None:
+        given["tasks"] = tuple(args.tasks)
+    if args.draft_vocab is not None:
+        given["draft_vocab"] = args.draft_vocab
+    return dataclasses.replace(base, **given, autocast=args.dtype, device=args.device,
+                               init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop train-mtp ...`."""
     config = config_from_args(args)
-    if args.resume and (args.run_dir is None or not args.run_dir.is_dir()):
-        raise ValueError("--resume continues the run in --run-dir: pass the run directory of an existing run")
+    check_out(args.out, "--out", force=args.force, holds="a head")
+    check_run_dir(args.run_dir, resume=args.resume)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}

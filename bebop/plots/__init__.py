@@ -17,12 +17,10 @@ from bebop.plots.decomposition import decomposition_data, decomposition_figure
 from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, fitted_span, token_points
 from bebop.plots.samples import sample_html, sample_tokens, token_figure
 from bebop.plots.speed import (
-                               bound_figure,
                                positions,
                                positions_figure,
                                speedup_figure,
                                speedup_table,
-                               step_costs,
                                step_time_figure,
                                step_times,
 )
@@ -52,7 +50,6 @@ __all__ = [
     "TEMPLATE",
     "X_AXES",
     "acceptance_vs_entropy",
-    "bound_figure",
     "decomposition_data",
     "decomposition_figure",
     "entropy_fits",
@@ -72,7 +69,6 @@ __all__ = [
     "smooth",
     "speedup_figure",
     "speedup_table",
-    "step_costs",
     "step_time_figure",
     "step_times",
     "thin",

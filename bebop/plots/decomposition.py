@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bebop import metrics
-from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _floats, _layout, _runs, smooth, thin
+from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _floats, _layout, _runs, integer_ticks, smooth, thin
 
 
 def decomposition_data(trains: Mapping[str, pd.DataFrame], *, fit_fraction: float = 0.2) -> pd.DataFrame:
@@ -57,5 +57,6 @@ def decomposition_figure(data: pd.DataFrame, *, smoothing: float = 0.6) -> go.Fi
     fig = _layout(fig, "Eq. 16: change in accept length = entropy part + mismatch part (x: RL step)", "", "",
                   height=170 + 230 * rows)
     fig.update_yaxes(title_text="Δ accept length", col=1)
+    integer_ticks(fig, data["step"])
     fig.update_layout(margin=dict(t=90), legend=dict(y=-0.1 if rows == 1 else -0.05))
     return fig

@@ -93,7 +93,7 @@ def fitted_span(intercept: float, slope: float, low: float, high: float) -> np.n
 
 def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
                           y_title: str = "accept length (tokens / verify step)") -> go.Figure:
-    """Scatter per run with its fitted line; the legend gives slope (per nat) and R²."""
+    """Scatter per run with its fitted line; the legend gives slope (per nat), R² and the points fitted."""
     fits = entropy_fits(points).set_index("run")
     colors = _colors(_runs(points), colors)
     fig = go.Figure()
@@ -104,7 +104,8 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
         # Binned points are sized by how many drafts they pool; per-step points all weigh the same.
         size = 4 + 14 * np.sqrt(weight / weight.max()) if np.ptp(weight) > 0 else np.full(len(part), 7.0)
         fit = fits.loc[run]
-        law = "too few points to fit" if math.isnan(fit["slope"]) else f"slope {fit['slope']:+.2f}/nat, R² {fit['r2']:.2f}"
+        law = "too few points to fit" if math.isnan(fit["slope"]) else \
+            f"slope {fit['slope']:+.2f}/nat, R² {fit['r2']:.2f}, {int(fit['n'])} points"
         fig.add_trace(go.Scatter(
             x=part["entropy"].to_numpy()[keep], y=part["acceptance"].to_numpy()[keep], mode="markers",
             name=f"{run} · {law}", legendgroup=run, marker=dict(color=colors[run], size=size[keep], opacity=0.75, line=dict(width=0)),
@@ -119,4 +120,6 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
             name=f"{run} fit", line=dict(color=colors[run], width=2.5),
             hovertemplate=f"{html.escape(run)}: {law}<extra></extra>",
         ))
+    fig.update_yaxes(rangemode="tozero")  # acceptance from 0: a spread of 0.01 must not fill the chart like a trend
+    fig.update_xaxes(rangemode="tozero")
     return _layout(fig, "Acceptance vs entropy", "policy entropy H(p) (nats)", y_title, height=460)

@@ -1,9 +1,9 @@
-"""Pooled tables: per-position acceptance, step-time breakdown, measured speedup and its theoretical bound; with
-gamma="auto", the depths the engine chose and the step costs it measured; the draft-health residual."""
+"""Pooled tables: per-position acceptance, step-time breakdown, measured speedups of paired runs beside their
+prediction from measured costs (`bebop.speedup`); with gamma="auto", the depths the engine chose and the step costs it
+measured; the draft-health residual."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 
@@ -11,12 +11,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from bebop import metrics
-from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _colors, _layout, _runs, has_spec, pooled
+from bebop import metrics, speedup
+from bebop.plots.style import _check_columns, _colors, _layout, _runs, has_spec, integer_ticks, pooled
 
-# The engine's decode-loop counters (bebop.engine.generate: seconds summed over the rollout, and its verify steps).
-SPEEDUP_COLUMNS = ["run", "accept_length", "measured_end_to_end", "measured_rollout", "theoretical", "draft_cost",
-                   "verify_cost", "costs"]
+SPEEDUP_COLUMNS = ["run", "plain_run", "tokens_per_row_step", "step_cost", "predicted", "measured_rollout",
+                   "measured_end_to_end", "note"]
 
 
 def positions(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -45,10 +44,14 @@ def positions_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = 
     return _layout(fig, "Pooled acceptance per draft position", "draft position i", "accepted at i / drafts")
 
 
+def _records(train: pd.DataFrame) -> list[dict]:
+    return train.to_dict("records")
+
+
 def step_times(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Mean seconds per RL step: [run, gen, update, step] (async steps overlap gen and update)."""
+    """Seconds per RL step by `speedup.STATISTIC`: [run, gen, update, step] (async steps overlap gen and update)."""
     cols = {"timing_s/gen": "gen", "timing_s/update_actor": "update", "timing_s/step": "step"}
-    rows = [{"run": run, **{short: float(t[col].mean()) for col, short in cols.items()}}
+    rows = [{"run": run, **{short: speedup.median(_records(t), col) for col, short in cols.items()}}
             for run, t in trains.items() if set(cols) <= set(t.columns)]
     return pd.DataFrame(rows, columns=["run", "gen", "update", "step"])
 
@@ -65,96 +68,40 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, "Step time (async overlaps generation and update)",
-                   "mean seconds per RL step", "", height=max(260, 70 + 70 * len(table)))
+                   "median seconds per RL step (steady steps)", "", height=max(260, 70 + 70 * len(table)))
 
 
-def step_costs(train: pd.DataFrame) -> dict[str, float] | None:
-    """Measured seconds per verify step of the engine, pooled over the run (`metrics.engine_step_costs`); None when
-    the run did not log the engine's counters."""
-    if not set(metrics.ENGINE_COUNTERS) <= set(train.columns):
-        return None
-    return metrics.engine_step_costs(train[list(metrics.ENGINE_COUNTERS)].sum().to_dict())
-
-
-def _bound(train: pd.DataFrame, plain_step_s: float | None, draft_cost: float | None,
-           verify_cost: float | None) -> dict:
-    """accept length and the theoretical speedup of one MTP run, with the costs it used and where they came from."""
-    rates = metrics.derive(pooled(train))
-    gamma = int(train["spec/gamma"].dropna().iloc[0])
-    alphas = [rates[f"spec/alpha_pos/{i}"] for i in range(gamma)]
-    row = {"accept_length": rates[ACCEPT_LENGTH], "theoretical": math.nan, "draft_cost": draft_cost,
-           "verify_cost": verify_cost, "costs": "assumed"}
-    if draft_cost is None or verify_cost is None:
-        costs = step_costs(train)
-        if costs is None or not plain_step_s:
-            return {**row, "costs": "not logged" if costs is None else "no plain baseline timed"}
-        row.update(draft_cost=costs["draft_s"] / gamma / plain_step_s, verify_cost=costs["verify_s"] / plain_step_s,
-                   costs="measured")
-    if not any(math.isnan(a) for a in alphas):
-        row["theoretical"] = metrics.theoretical_speedup(alphas, gamma, draft_cost=row["draft_cost"],
-                                                         verify_cost=row["verify_cost"])
-    return row
-
-
-def speedup_table(trains: Mapping[str, pd.DataFrame], baseline: str, *, draft_cost: float | None = None,
-                  verify_cost: float | None = None) -> pd.DataFrame:
-    """Measured speedup against `baseline`, and apart from it the theoretical bound from pooled acceptance.
-
-    measured_* = baseline mean seconds / run mean seconds (whole step; generation only). theoretical =
-    metrics.theoretical_speedup from the pooled conditional α_i, with draft and verify costs in units of a
-    plain decode step. By default both costs are measured: the run's engine counters per verify step over
-    the baseline's (a run without MTP) plain step; `draft_cost` and `verify_cost` replace them with assumptions
-    (`costs` says which). It bounds the decode loop, so compare it with measured_rollout.
-    """
-    if baseline not in trains:
-        raise ValueError(f"baseline {baseline!r} is not one of the runs {list(trains)}")
-    times = step_times(trains).set_index("run")
-    if baseline not in times.index:
-        raise ValueError(f"baseline {baseline!r} has no timing_s/* columns")
-    base = trains[baseline]
-    base_costs = step_costs(base) if not has_spec(base) else None
-    plain_step_s = base_costs["verify_s"] if base_costs else None
+def speedup_table(trains: Mapping[str, pd.DataFrame], pairs: Mapping[str, str]) -> pd.DataFrame:
+    """One row per MTP run of `pairs` ({MTP run: its plain partner}, runs with the same workload: `bebop.speedup`):
+    the measured speedups (generation, whole step) beside what the measured costs predict, and the note flagging a
+    measurement beyond its prediction. Every number is `bebop.speedup`'s, as `bebop demo` prints it."""
     rows = []
-    for run, train in trains.items():
-        if run not in times.index:
-            continue
-        row = {"run": run, "measured_end_to_end": times.loc[baseline, "step"] / times.loc[run, "step"],
-               "measured_rollout": times.loc[baseline, "gen"] / times.loc[run, "gen"],
-               "accept_length": math.nan, "theoretical": 1.0, "draft_cost": math.nan, "verify_cost": math.nan,
-               "costs": "no MTP"}
-        if has_spec(train):
-            row.update(_bound(train, plain_step_s, draft_cost, verify_cost))
-        rows.append(row)
+    for run, plain in pairs.items():
+        s = speedup.speedup(_records(trains[plain]), _records(trains[run]))
+        rows.append({"run": run, "plain_run": plain, "tokens_per_row_step": s.tokens_per_row_step,
+                     "step_cost": s.step_cost, "predicted": s.predicted, "measured_rollout": s.rollout,
+                     "measured_end_to_end": s.end_to_end, "note": s.note()})
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
-def _bars(fig: go.Figure, table: pd.DataFrame, column: str, label: str, color: str) -> None:
-    fig.add_trace(go.Bar(x=table["run"], y=table[column], name=label, marker_color=color,
-                         text=[f"{v:.2f}×" if np.isfinite(v) else "" for v in table[column]], textposition="outside"))
-
-
-def speedup_figure(table: pd.DataFrame, baseline: str) -> go.Figure:
-    """What was measured: each run's time over the baseline's, whole step and generation."""
-    _check_columns(table, ("run", "measured_end_to_end", "measured_rollout"), "speedup_figure")
+def speedup_figure(table: pd.DataFrame) -> go.Figure:
+    """Each MTP run's measured speedups over its plain partner, and beside them the prediction from measured costs
+    (hatched: a prediction, not a measurement); 1 is plain decoding's speed."""
+    _check_columns(table, ("run", "measured_rollout", "measured_end_to_end", "predicted"), "speedup_figure")
     fig = go.Figure()
-    _bars(fig, table, "measured_end_to_end", "whole step", "#4C78A8")
-    _bars(fig, table, "measured_rollout", "generation", "#72B7B2")
-    fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1})
+    for column, label, color, pattern in (
+            ("measured_rollout", "generation, measured", "#72B7B2", ""),
+            ("measured_end_to_end", "whole step, measured", "#4C78A8", ""),
+            ("predicted", "generation, predicted from measured costs", "#BAB0AC", "/")):
+        fig.add_trace(go.Bar(y=table["run"], x=table[column], name=label, orientation="h", marker_color=color,
+                             marker_pattern_shape=pattern, textposition="outside", cliponaxis=False,
+                             text=[f"{v:.2f}×" if np.isfinite(v) else "" for v in table[column]],
+                             hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}}×<extra></extra>"))
+    fig.add_vline(x=1.0, line={"color": "#555", "dash": "dot", "width": 1})
     fig.update_layout(barmode="group")
-    return _layout(fig, f"Measured speedup over {baseline}", "", "speedup (×)")
-
-
-def bound_figure(table: pd.DataFrame) -> go.Figure:
-    """What theory allows: the decode loop's bound from pooled acceptance and the costs named in `costs`."""
-    _check_columns(table, ("run", "theoretical", "costs"), "bound_figure")
-    spec = table[table["costs"].isin(("measured", "assumed"))]
-    fig = go.Figure()
-    for costs, color in (("measured", "#54A24B"), ("assumed", "#BAB0AC")):
-        part = spec[spec["costs"] == costs]
-        if len(part):
-            _bars(fig, part, "theoretical", f"from {costs} step costs", color)
-    fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1})
-    return _layout(fig, "Theoretical speedup of the decode loop (bound)", "", "speedup (×)")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Speedup over plain decoding at the same workload", "speedup (×, plain decoding = 1)", "",
+                   height=max(260, 90 + 90 * len(table)))
 
 
 # ---- gamma="auto": the depth the engine chose, the step costs it measured, and the draft-health residual -------
@@ -191,6 +138,8 @@ def chosen_depth_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None
         fig.add_trace(go.Scatter(x=mean.index, y=mean.values, name=run, mode="lines+markers",
                                  line_color=colors[run], customdata=split.reindex(mean.index).values,
                                  hovertemplate="step %{x}<br>mean γ %{y:.2f}<br>%{customdata}<extra></extra>"))
+    integer_ticks(fig, table["step"])
+    fig.update_yaxes(rangemode="tozero")
     return _layout(fig, "Draft depth chosen by the engine (gamma=auto)", "RL step", "mean γ over engine steps")
 
 
@@ -210,20 +159,28 @@ def measured_costs(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         ["run", "rows", "gamma"], ignore_index=True)
 
 
-def measured_cost_figure(table: pd.DataFrame) -> go.Figure:
-    """Seconds per engine step against γ, one line per (run, rows bucket), relative to γ = 0 where it was measured:
-    the cost side of the choice."""
+def measured_cost_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Seconds per engine step against γ in plain steps of the same rows bucket, one line per (run, rows bucket) that
+    timed γ = 0: the cost side of the choice. A run is one colour (one legend entry), thicker lines for more rows;
+    hover names the bucket."""
     _check_columns(table, ("run", "rows", "gamma", "seconds", "steps"), "measured_cost_figure")
-    fig = go.Figure()
-    for (run, rows), part in table.groupby(["run", "rows"]):
+    colors = _colors(_runs(table), colors)
+    widest = max(table["rows"], default=1)
+    fig, shown = go.Figure(), set()
+    for (run, rows), part in table.groupby(["run", "rows"], sort=False):
         plain = part.loc[part["gamma"] == 0, "seconds"]
-        base = float(plain.iloc[0]) if len(plain) else float(part["seconds"].min())
-        fig.add_trace(go.Scatter(x=part["gamma"], y=part["seconds"] / base, name=f"{run} · {rows} rows",
-                                 mode="lines+markers", customdata=np.stack([part["seconds"] * 1e3, part["steps"]], -1),
-                                 hovertemplate="γ=%{x}: %{y:.2f}× a plain step<br>%{customdata[0]:.2f} ms over "
-                                               "%{customdata[1]:.0f} steps<extra></extra>"))
+        if not len(plain) or len(part) < 2:  # no plain step timed in this bucket: no unit to draw it in
+            continue
+        fig.add_trace(go.Scatter(
+            x=part["gamma"], y=part["seconds"] / float(plain.iloc[0]), name=run, legendgroup=run,
+            showlegend=run not in shown, mode="lines+markers",
+            line=dict(color=colors[run], width=1 + 3 * rows / widest), marker=dict(color=colors[run], size=5),
+            customdata=np.stack([part["seconds"] * 1e3, part["steps"]], -1),
+            hovertemplate=f"{rows} rows, γ=%{{x}}: %{{y:.2f}}× a plain step<br>%{{customdata[0]:.2f}} ms over "
+                          "%{customdata[1]:.0f} steps<extra></extra>"))
+        shown.add(run)
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Measured engine step cost by depth", "γ", "seconds per step / plain step")
+    return _layout(fig, "Measured engine step cost by depth (a line per rows bucket)", "γ", "× a plain step")
 
 
 def draft_health(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -256,4 +213,5 @@ def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None
                          arrayminus=part["residual"] - part["residual_lo"]),
             hovertemplate="step %{x}<br>residual %{y:+.3f}<extra></extra>"))
     fig.add_hline(y=0.0, line={"color": "#555", "dash": "dot", "width": 1})
+    integer_ticks(fig, table["step"])
     return _layout(fig, "Draft health: acceptance minus the entropy law's prediction", "RL step", "residual")

@@ -61,6 +61,15 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     return fig
 
 
+def integer_ticks(fig: go.Figure, steps, axis: str = "x") -> None:
+    """Whole-number ticks on a step axis: a short run would otherwise get ticks at 0.2, 0.4, ... (Plotly's choice
+    for a narrow range); a long one keeps Plotly's spacing, which is whole there, without decimals."""
+    values = pd.to_numeric(pd.Series(steps), errors="coerce").dropna()
+    span = float(values.max() - values.min()) if len(values) else 0.0
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    update(tickformat="d", **({"dtick": 1} if span <= 10 else {}))
+
+
 def _colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, str]:
     """`given` colours, with unused palette colours for runs it does not cover (e.g. eval sub-series)."""
     colors = dict(given or {})

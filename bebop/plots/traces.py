@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from bebop.plots.style import MARKERS_UNDER, X_AXES, _check_columns, _colors, _layout, _runs, smooth, thin
+from bebop.plots.style import (MARKERS_UNDER, X_AXES, _check_columns, _colors, _layout, _runs, integer_ticks,
+                               smooth, thin)
 
 
 def over_time(trains: Mapping[str, pd.DataFrame], columns: Sequence[str], *, x: str = "step") -> pd.DataFrame:
@@ -38,8 +39,10 @@ def numeric_series(frames: Mapping[str, pd.DataFrame]) -> list[str]:
 
 def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str, x: str = "step",
           smoothing: float = 0.0, colors: Mapping[str, str] | None = None,
-          labels: Mapping[str, str] | None = None) -> go.Figure:
-    """One line per (run, column): colour = run, dash = column. With smoothing the raw trace stays, faint."""
+          labels: Mapping[str, str] | None = None, x_title: str | None = None, from_zero: bool = False) -> go.Figure:
+    """One line per (run, column): colour = run, dash = column. The data are the bold line; with smoothing a faint
+    trend line rides on them (the bold line ends at the last value logged). `from_zero` starts the y axis at 0, so
+    step-to-step noise on a quantity that is never negative does not fill the chart like a trend."""
     _check_columns(data, ("run", x, *columns), "lines")
     colors = _colors(_runs(data), colors)
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
@@ -51,18 +54,23 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
             name = run if len(columns) == 1 else f"{run} · {label}"
             xs, raw = part[x].to_numpy(), part[column].to_numpy(dtype=float)
             keep = thin(len(part))
-            style = dict(color=colors[run], dash=dashes[j % len(dashes)], width=2)
-            if smoothing > 0:
-                fig.add_trace(go.Scatter(x=xs[keep], y=raw[keep], mode="lines", name=f"{name} (raw)",
-                                         legendgroup=run, showlegend=False, opacity=0.25,
-                                         line=dict(color=colors[run], width=1), hoverinfo="skip"))
             # The legend lists runs (colour) once, and the columns (dash) once each, below.
             mode = "lines+markers" if len(part) < MARKERS_UNDER else "lines"
-            fig.add_trace(go.Scatter(x=xs[keep], y=smooth(raw, smoothing)[keep], mode=mode,
-                                     name=run if j == 0 else name, legendgroup=run, showlegend=j == 0, line=style,
+            fig.add_trace(go.Scatter(x=xs[keep], y=raw[keep], mode=mode, name=run if j == 0 else name, legendgroup=run,
+                                     showlegend=j == 0, line=dict(color=colors[run], dash=dashes[j % len(dashes)],
+                                                                  width=2),
                                      hovertemplate=f"{html.escape(name)}<br>%{{x}}: %{{y:.4g}}<extra></extra>"))
+            if smoothing > 0:
+                fig.add_trace(go.Scatter(x=xs[keep], y=smooth(raw, smoothing)[keep], mode="lines",
+                                         name=f"{name} (smoothed)", legendgroup=run, showlegend=False, opacity=0.35,
+                                         line=dict(color=colors[run], dash=dashes[j % len(dashes)], width=3),
+                                         hoverinfo="skip"))
     if len(columns) > 1:
         for j, column in enumerate(columns):
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=(labels or {}).get(column, column),
                                      line=dict(color="#555", dash=dashes[j % len(dashes)], width=2)))
-    return _layout(fig, title, X_AXES[x][1], y_title)
+    if from_zero:
+        fig.update_yaxes(rangemode="tozero")
+    if x == "step":
+        integer_ticks(fig, data[x])
+    return _layout(fig, title, x_title or X_AXES[x][1], y_title)

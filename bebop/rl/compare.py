@@ -1,8 +1,8 @@
 """One GRPO job run under several rollout settings and summarised side by side (`bebop bench rl`, `bebop demo`).
 
 `run_once` runs a job to its end and returns its step records; `summarize` reduces them to what the comparison
-reports: step, generation and update seconds (medians over steady-state steps), reward, entropy, accept length and
-its drift, and, with gamma="auto", the depths the engine chose.
+reports: step, generation and update seconds (`bebop.speedup.STATISTIC`, the statistic the dashboard's Speed page
+reads too), reward, entropy, accept length and its drift, and, with gamma="auto", the depths the engine chose.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 import statistics
 from pathlib import Path
 
+from bebop import speedup
 from bebop.metrics import derive, pool
 from bebop.rl.config import RLConfig
 
@@ -26,18 +27,17 @@ def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress
     return trainer.run(progress=progress)
 
 
-def summarize(records: list[dict], skip: int = 1) -> dict:
-    """Medians of the per-step timings, means of reward/entropy, pooled spec rates.
-
-    Timings skip `skip` warm-up steps and the last step: in async mode the first step waits for a whole
-    generation and the last one has no next generation to overlap, so neither is a steady-state step."""
-    timed = records[skip:-1] or records[skip:] or records
+def summarize(records: list[dict]) -> dict:
+    """Timings by `speedup.STATISTIC` (medians over the steady steps: neither the first nor the last), means of
+    reward/entropy over every step, pooled spec rates."""
+    timed = speedup.steady(records)
+    update = [{"u": r["timing_s/update_actor"] + r["timing_s/update_mtp"]} for r in records]
     out = {
         "steps": len(records),
-        "step_s": statistics.median(r["timing_s/step"] for r in timed),
-        "gen_s": statistics.median(r["timing_s/gen"] for r in timed),
-        "update_s": statistics.median(r["timing_s/update_actor"] + r["timing_s/update_mtp"] for r in timed),
-        "overlap_s": statistics.median(r["timing_s/overlap"] for r in timed),
+        "step_s": speedup.median(records, "timing_s/step"),
+        "gen_s": speedup.median(records, "timing_s/gen"),
+        "update_s": speedup.median(update, "u"),
+        "overlap_s": speedup.median(records, "timing_s/overlap"),
         "reward_first": records[0]["critic/score/mean"],
         "reward_mean": statistics.fmean(r["critic/score/mean"] for r in records),
         "reward_last": records[-1]["critic/score/mean"],

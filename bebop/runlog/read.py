@@ -171,6 +171,7 @@ class RunInfo:
     heartbeat: float | None = None
     message: str = ""
     setup: dict = dataclasses.field(default_factory=dict)  # SETUP_KEYS -> value (run_setup)
+    meta: dict = dataclasses.field(default_factory=dict)  # meta.json whole (what pairs runs for a speedup)
 
 
 def _run_info(path: Path, now: float, stale_after: float) -> RunInfo:
@@ -195,6 +196,7 @@ def _run_info(path: Path, now: float, stale_after: float) -> RunInfo:
         heartbeat=status.get("heartbeat") if isinstance(status.get("heartbeat"), (int, float)) else None,
         message=str(status.get("message") or ""),
         setup=run_setup(meta),
+        meta=meta,
     )
 
 

