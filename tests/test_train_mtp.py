@@ -204,3 +204,18 @@ def test_a_head_over_a_draft_vocabulary_trains_saves_and_resumes_it(policy, tmp_
     with pytest.raises(ValueError, match="drafts over 24 ids, not --draft-vocab 30"):
         train_mtp(model, tokenizer, dataclasses.replace(config, init_head=str(tmp_path / "h"), draft_vocab=30),
                   tmp_path / "x", data_path=tmp_path / "d", progress=False)
+
+
+def test_learning_rate_schedules():
+    from bebop.heads.config import learning_rate
+
+    constant = TrainMTPConfig(steps=100, warmup_frac=0.1)
+    cosine = TrainMTPConfig(steps=100, warmup_frac=0.1, lr_schedule="cosine")
+    for config in (constant, cosine):  # the same linear warmup to the peak
+        assert [learning_rate(config, s) for s in (0, 4, 9)] == pytest.approx([1e-4, 5e-4, 1e-3])
+    assert {learning_rate(constant, s) for s in range(9, 100)} == {1e-3}
+    decay = [learning_rate(cosine, s) for s in range(9, 100)]
+    assert all(a > b for a, b in zip(decay[1:], decay[2:]))  # falls at every step after the peak
+    assert decay[-1] == pytest.approx(0.0, abs=1e-12) and learning_rate(cosine, 54) == pytest.approx(5e-4, rel=0.02)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        TrainMTPConfig(lr_schedule="linear")

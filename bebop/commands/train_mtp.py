@@ -35,7 +35,8 @@ FIELDS = {"objective": None, "depth": "γ_train recursive draft steps", "tempera
           "num_sequences": "self-generated sequences, all tasks together",
           "max_new_tokens": "tokens per self-generated completion", "steps": "optimiser steps",
           "batch_size": "sequences per step", "lr": "peak learning rate (AdamW)",
-          "warmup_frac": "linear warmup, fraction of steps", "grad_clip": "max gradient norm",
+          "warmup_frac": "linear warmup, fraction of steps",
+          "lr_schedule": "after the warmup: constant, or cosine down to 0 at the last step", "grad_clip": "max gradient norm",
           "eval_every": "held-out evaluation every N steps",
           "checkpoint_every": "steps between checkpoints in the run directory, 0 = only at the end",
           "seed": "seed of the data and the head's initialisation", "threads": "torch threads"}

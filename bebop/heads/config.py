@@ -10,6 +10,20 @@ from bebop.data.tasks import check_task_names
 from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(config: TrainMTPConfig, step: int) -> float:
+    """The learning rate of 0-based `step`: a linear warmup over `warmup_frac` of the steps, then the peak `lr`
+    (constant) or a half cosine from it down to 0 at the last step (cosine: a run ends where it settled)."""
+    warmup = max(1, round(config.warmup_frac * config.steps))
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    if config.lr_schedule == "constant":
+        return config.lr
+    done = (step + 1 - warmup) / max(1, config.steps - warmup)
+    return config.lr * 0.5 * (1 + math.cos(math.pi * done))
+
 
 @dataclass(frozen=True)
 class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
@@ -24,6 +38,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     batch_size: int = 16
     lr: float = 1e-3
     warmup_frac: float = 0.03
+    lr_schedule: str = "constant"  # after the warmup: "constant", or "cosine" down to 0 at the last step
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     eval_every: int = 50
@@ -58,6 +73,8 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         if self.draft_vocab is not None and (isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int)
                                              or self.draft_vocab < 1):
             raise ValueError(f"TrainMTPConfig.draft_vocab must be a positive int or None, got {self.draft_vocab!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.autocast not in ("auto", "bf16", "fp32"):
             raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
         check_device_name(self.device)

@@ -15,7 +15,8 @@ Recipe, as in the paper:
 * γ_train = `depth` recursive steps (default 5), teacher forced (`MTPHead.chain`); only anchors whose
   whole chain lies inside the policy-written part of a sequence are trained (not the prompt, not tool
   replies, not past the end).
-* AdamW, constant learning rate after a linear warmup over `warmup_frac` of the steps; gradient clipping.
+* AdamW, a linear warmup over `warmup_frac` of the steps, then a constant or cosine-decaying learning rate
+  (`lr_schedule`); gradient clipping.
 
 A fresh head starts from a copy of the backbone's last decoder layer (`init_from_backbone`, a common MTP
 initialisation that shortens training); fc and norms start fresh. `--init HEAD_DIR` adapts an existing
@@ -45,7 +46,7 @@ from bebop.data.tasks import Task, dataset_config
 from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
-from bebop.heads.config import TrainMTPConfig
+from bebop.heads.config import TrainMTPConfig, learning_rate
 from bebop.heads.corpus import load_corpus
 from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
@@ -152,11 +153,10 @@ def _loop(trainee: Trainee, train, held, steps: range, config: TrainMTPConfig, u
           progress: bool) -> None:
     head, model, optimizer, generator, weight = (trainee.head, trainee.model, trainee.optimizer, trainee.generator,
                                                  trainee.weight)
-    warmup = max(1, round(config.warmup_frac * config.steps))
     name = f"mtp/loss/{config.objective}"
     bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        lr = config.lr * min(1.0, (step + 1) / warmup)
+        lr = learning_rate(config, step)
         batch = train[int(torch.randint(len(train), (1,), generator=generator))]
         loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
         writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
