@@ -7,7 +7,8 @@ holds, at full resolution. The figure function draws that table. Rates are poole
 
 On screen each trace keeps at most MAX_POINTS points (evenly thinned, first and last kept), smoothing is a
 TensorBoard-style debiased EMA over the full series drawn over a faint raw trace, and a run keeps its
-colour across every figure of a page (`run_colors`).
+colour across every figure of a page (`run_colors`), and a (head, method) series across every figure of a notebook
+(`series_colors`).
 
 One module per kind of figure (style: shared colours and helpers; entropy; traces over time; speed; the Eq.-16
 decomposition; samples); import them all from here: `from bebop import plots`.
@@ -28,6 +29,7 @@ from bebop.plots.style import (
                                ACCEPT_LENGTH,
                                MAX_POINTS,
                                ORIGIN_COLORS,
+                               PAIRED,
                                PALETTE,
                                SPEC_FIELDS,
                                TEMPLATE,
@@ -36,15 +38,20 @@ from bebop.plots.style import (
                                missing_spec,
                                pooled,
                                run_colors,
+                               series_colors,
                                smooth,
                                thin,
 )
 from bebop.plots.traces import lines, numeric_series, over_time
 
+# bebop.plots.notebook (the renderer and runs root a notebook sets up) is imported by name, not re-exported here:
+# the dashboard never needs it.
+
 __all__ = [
     "ACCEPT_LENGTH",
     "MAX_POINTS",
     "ORIGIN_COLORS",
+    "PAIRED",
     "PALETTE",
     "SPEC_FIELDS",
     "TEMPLATE",
@@ -65,6 +72,7 @@ __all__ = [
     "positions_figure",
     "run_colors",
     "sample_html",
+    "series_colors",
     "sample_tokens",
     "smooth",
     "speedup_figure",
