@@ -18,6 +18,7 @@ from bebop.plots.decomposition import decomposition_data, decomposition_figure
 from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, fitted_span, token_points
 from bebop.plots.samples import sample_html, sample_tokens, token_figure
 from bebop.plots.speed import (
+                               SPEED_COLORS,
                                positions,
                                positions_figure,
                                speedup_figure,
@@ -54,6 +55,7 @@ __all__ = [
     "PAIRED",
     "PALETTE",
     "SPEC_FIELDS",
+    "SPEED_COLORS",
     "TEMPLATE",
     "X_AXES",
     "acceptance_vs_entropy",
