@@ -5,8 +5,9 @@ the TV losses' gradients and acceptance gain; frozen vs online heads during RL; 
 speedup), so executing it is the test: a regression in `bebop` makes a
 cell raise. The notebooks are committed without outputs; `pytest --nbmake notebooks/` runs them as well.
 
-Quick profile, 2 CPU cores shared with seven other busy jobs (2026-12-02, each notebook's own clock): 01 141 s,
-02 143 s, 03 297 s, 04 101 s, 05 57 s; 14 minutes for the set with kernels and imports (notebooks/README.md).
+Quick profile, each notebook's own clock (notebooks/README.md): 01 23 s, 02 18 s, 03 53 s, 04 23 s, 05 15 s on 2
+CPU cores beside a training job (2026-12-05), 3 minutes for the set with kernels and imports; 14 minutes with seven
+busy jobs beside it (2026-12-02).
 BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
 test fails) only when one cell runs past it. Notebook 02 has twice taken minutes instead of seconds inside a full
 suite run with its kernel idle the whole time (never reproduced alone), so the guard is 600 s for every notebook.
