@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup setup-vllm demo test test-avx2 test-vllm bench docs clean
+.PHONY: setup setup-vllm demo test test-avx2 test-vllm bench docs docs-images clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,12 +27,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadfile --durations=15
 
-# The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html (not committed),
-# and the README's picture of the Live page (docs/images/live.png, committed) taken afresh in Chromium.
+# The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html, and the README's
+# picture taken afresh from a new `bebop demo` into artifacts/readme/ (scripts/readme-picture). Both folders are
+# git-ignored: `make docs` never changes a tracked file (tests/test_docs.py checks it).
 docs: $(STAMP)
 	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q tests/test_notebooks.py -k quick_profile
-	$(BIN)/python -m pytest -q tests/test_browser.py
-	cp artifacts/live.png docs/images/live.png
+	$(BIN)/python scripts/readme-picture artifacts/readme
+
+# The one deliberate step that updates the committed picture: look at artifacts/readme/live.png first.
+docs-images: $(STAMP)
+	$(BIN)/python scripts/readme-picture artifacts/readme
+	cp artifacts/readme/live.png docs/images/live.png
 
 # The path a CPU without AVX-512 takes, on any x86 machine: oneDNN and ATen limited to AVX2 (so oneDNN refuses
 # bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.

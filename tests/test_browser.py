@@ -2,9 +2,9 @@
 
 Needs Debian's chromium (`.ci/install-browser`) and the `playwright` package (never `playwright install`:
 the system browser is driven directly). Skipped with a reason when they are missing on a laptop; in CI
-(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png, and a picture of the Live
-page over a real one-step `bebop rl` run in artifacts/live.png: `make docs` makes it the README's
-(docs/images/live.png), so a test run never rewrites a committed file.
+(CI=true) their absence is a failure. Leaves a screenshot in artifacts/dashboard.png, and one of the Live page over
+real one-step `bebop rl` runs in artifacts/live.png (CI artifacts). The README's picture is taken from a real demo by
+scripts/readme-picture (`make docs`, `make docs-images`), never by a test.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = REPO / "artifacts" / "dashboard.png"
-PICTURE = REPO / "artifacts" / "live.png"  # `make docs` copies it to the README's docs/images/live.png
+PICTURE = REPO / "artifacts" / "live.png"  # the Live page over one-step runs: a CI artifact, not the README's
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 # Markers of the growing run drawn in the acceptance-vs-entropy chart, counted in the chart's SVG: what the
@@ -219,8 +219,8 @@ def _settled(page, condition_js: str, timeout_ms: int = 15_000) -> None:
 
 
 @pytest.mark.timeout(420)
-def test_every_page_over_real_one_step_runs_and_the_readme_picture(tmp_path):
-    """Runs made by the real CLI: every page draws without an exception, the Live page's picture goes in docs/."""
+def test_every_page_over_real_one_step_runs_and_a_picture_of_the_live_page(tmp_path):
+    """Runs made by the real CLI: every page draws without an exception, and the Live page is kept as a picture."""
     _require_browser()
     from real_runs import real_runs_root
 

@@ -20,3 +20,22 @@ def test_reported_claims_go_on_and_say_which_failed():
     lines = claims.summary().splitlines()
     assert lines[0].endswith("DOES NOT HOLD: accept length >= 1.5 (1.21)")
     assert lines[1].endswith("holds: TO slope < 0 (-0.02)")
+
+
+def test_expectations_are_reported_under_every_profile_and_the_reading_says_why():
+    claims = Claims(strict=True)
+    claims.check("TO slope < 0", True, "-0.4")
+    assert not claims.expect("RS + CE falls like TO", False, "RS / TO slope 0.2", why_not="The heads share a base.")
+    assert claims.failed == ["RS + CE falls like TO"]
+    assert claims.summary().splitlines()[1].endswith("(RS / TO slope 0.2) [expected, not asserted]")
+    reading = claims.markdown()
+    assert reading.startswith("**What this run found** (1 of 2 claims hold).")
+    assert "- TO slope < 0 (-0.4)." in reading
+    assert "- RS + CE falls like TO: **no** (RS / TO slope 0.2). The heads share a base." in reading
+    assert reading.index("Holds:") < reading.index("Does not hold here:")
+
+
+def test_a_reading_with_every_claim_held_has_no_failure_section():
+    claims = Claims(strict=False)
+    claims.check("accept length >= 1.5", True, "2.9")
+    assert "Does not hold" not in claims.markdown()

@@ -59,7 +59,7 @@ def test_a_slow_patch_on_the_shallow_depths_does_not_price_the_deep_ones_out(see
     """One row, α = 0.9, this CPU's measured costs (not linear in γ: a third draft costs a fraction of the second), and
     γ = 2's first four steps 1.25x slow (another process). A line through γ = 1 and 2 then priced γ = 3-5 out for
     good (seed 1 stayed at γ = 0-2, 20% slower); priced at their best case, the deeper depths are run, and win."""
-    measured = (3.46, 6.12, 8.57, 8.93, 10.42, 12.13)  # ms per step at γ = 0..5, 1 row (README, Draft depth)
+    measured = (3.46, 6.12, 8.57, 8.93, 10.42, 12.13)  # ms per step at γ = 0..5, 1 row (docs/draft-depth.md)
     controller, generator, slowed, chosen = DepthController(DepthConfig(max_gamma=5)), torch.Generator(), 0, []
     generator.manual_seed(seed)
     for _ in range(300):

@@ -5,8 +5,9 @@ the TV losses' gradients and acceptance gain; frozen vs online heads during RL; 
 speedup), so executing it is the test: a regression in `bebop` makes a
 cell raise. The notebooks are committed without outputs; `pytest --nbmake notebooks/` runs them as well.
 
-Quick profile, 2 CPU cores shared with seven other busy jobs (2026-12-02, each notebook's own clock): 01 141 s,
-02 143 s, 03 297 s, 04 101 s, 05 57 s; 14 minutes for the set with kernels and imports (notebooks/README.md).
+Quick profile, each notebook's own clock (notebooks/README.md): 01 23 s, 02 18 s, 03 53 s, 04 23 s, 05 15 s on 2
+CPU cores beside a training job (2026-12-05), 3 minutes for the set with kernels and imports; 14 minutes with seven
+busy jobs beside it (2026-12-02).
 BUDGET_S is a hang guard, not a speed test: a notebook is stopped (and the
 test fails) only when one cell runs past it. Notebook 02 has twice taken minutes instead of seconds inside a full
 suite run with its kernel idle the whole time (never reproduced alone), so the guard is 600 s for every notebook.
@@ -19,9 +20,11 @@ report the same with widget cells). `SlicedPollChannel` polls in half-second sli
 half a second; and the test's pytest timeout sits above the per-cell guard, so a real hang fails as nbclient's
 CellTimeoutError naming the cell instead of a bare pytest-timeout.
 
-With `BEBOP_NOTEBOOK_HTML=DIR` each executed notebook is also rendered to DIR/<name>.html (nbconvert), outputs and
-plots included: `make docs` and CI build docs/notebooks/ this way (an artifact, never committed), so a reader sees
-every plot without running anything.
+Every executed notebook is rendered to HTML as `jupyter nbconvert --to html --execute` renders it, with the renderer
+the notebook sets itself (`bebop.plots.notebook`, no PLOTLY_RENDERER from here), and each code cell that drew a
+figure must show it on the page: the defect this guards against is a page with every plot missing. With
+`BEBOP_NOTEBOOK_HTML=DIR` the pages are also written to DIR/<name>.html: `make docs` and CI build docs/notebooks/
+this way (an artifact, never committed), so a reader sees every plot without running anything.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import ast
 import asyncio
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -112,6 +116,10 @@ def test_notebook_is_committed_clean_and_teaches(path: Path):
     assert len(params) == 1 and "BEBOP_PROFILE" in params[0].source, f"{path.name}: one `parameters` cell reading BEBOP_PROFILE"
     source = "\n".join(c.source for c in code)
     assert "import bebop" in source or "from bebop" in source
+    math = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "$" in c.source]
+    assert not math, f"{path.name}: markdown cells {math} hold $-math, raw LaTeX wherever MathJax cannot load (offline " \
+        "HTML): write formulas as text (α<sub>TO</sub> ≤ max p)"
+    assert "notebook.setup(" in source, f"{path.name}: call bebop.plots.notebook.setup (renderer and runs root)"
     headline = nb.cells[-2].source
     assert "assert " in headline or "claims.check(" in headline, (
         f"{path.name}: the cell before the conclusion must assert (or check, `bebop.claims`) the headline")
@@ -148,11 +156,7 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
                                               pytestconfig: pytest.Config):
     monkeypatch.setenv("BEBOP_PROFILE", "quick")
     monkeypatch.setenv("BEBOP_RUNS", str(tmp_path / "runs"))
-    html_dir = os.environ.get("BEBOP_NOTEBOOK_HTML")
-    if html_dir:  # the figures as HTML with plotly.js beside their JSON: nbconvert renders no plotly JSON by itself
-        # a relative DIR means where pytest was started, not this test's own directory (tests/conftest.py)
-        html_dir = pytestconfig.invocation_params.dir / html_dir
-        monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype+notebook")
+    monkeypatch.delenv("PLOTLY_RENDERER", raising=False)  # the notebook's own choice, as a user's nbconvert gets it
     nb = nbformat.read(path, as_version=4)
     budget = BUDGET_S[path.stem]
     client = notebook_client(nb, budget, resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
@@ -162,31 +166,59 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
     if SlicedPollChannel.late_messages > late:  # the stall this client works around (module docstring): say so
         warnings.warn(f"{path.name}: {SlicedPollChannel.late_messages - late} kernel messages were noticed only when "
                       "a poll slice ended (missed zmq wakeups, or messages that came just then)")
-    if html_dir:
-        render_html(nb, Path(html_dir) / f"{path.stem}.html")
+    page = render_html(nb)
+    drew, shown = cells_that_drew(nb), cells_showing_a_plot(page)
+    assert drew, f"{path.name} drew no figure"
+    assert shown == drew, f"{path.name}: code cells {sorted(drew - shown)} drew a figure the HTML page does not show"
+    assert str(tmp_path) not in page, f"{path.name}: the page prints a temporary path (use notebook.shown)"
+    html_dir = os.environ.get("BEBOP_NOTEBOOK_HTML")
+    if html_dir:  # a relative DIR means where pytest was started, not this test's own directory (tests/conftest.py)
+        out = pytestconfig.invocation_params.dir / html_dir / f"{path.stem}.html"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
     runs = [p for p in (tmp_path / "runs").rglob("meta.json")]
     assert runs, f"{path.name} wrote no run directory for the dashboard under BEBOP_RUNS"
     kinds = {json.loads(p.read_text())["kind"] for p in runs}
     assert kinds <= {"eval-mtp", "train-mtp", "rl"}, kinds
 
 
-def render_html(nb, out: Path) -> None:
+def render_html(nb) -> str:
+    """The page `jupyter nbconvert --to html` makes of an executed notebook (its default, the lab template)."""
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter().from_notebook_node(nb)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(body, encoding="utf-8")
+    return body
 
 
-def test_render_html_keeps_outputs_and_plots(tmp_path, monkeypatch):
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+# A figure on the page: kaleido's PNG (the notebooks' renderer) or plotly.js drawing it in place (the fallback).
+PLOT_ON_PAGE = re.compile(r'<img[^>]+src="data:image/png;base64|Plotly\.newPlot\(')
+
+
+def cells_that_drew(nb) -> set[int]:
+    """Indices of the cells with a Plotly figure among their outputs (every renderer puts its JSON there)."""
+    return {i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and any(PLOTLY_MIME in o.get("data", {}) for o in c.get("outputs", []))}
+
+
+def cells_showing_a_plot(page: str) -> set[int]:
+    """Indices of the cells whose part of an nbconvert page shows a figure (the lab template: one div per cell)."""
+    cells = re.split(r'<div[^>]*class="jp-Cell ', page)[1:]
+    return {i for i, html in enumerate(cells) if PLOT_ON_PAGE.search(html)}
+
+
+def test_the_notebooks_renderer_puts_every_figure_on_an_nbconvert_page(tmp_path, monkeypatch):
+    """The notebooks' setup in a real kernel: with Plotly's own default (the mimetype alone) the page has no plot."""
     pytest.importorskip("nbconvert")
-    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype+notebook")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2], y=[3, 4]))")])
-    notebook_client(nb, 120).execute()
-    render_html(nb, tmp_path / "docs" / "x.html")
-    page = (tmp_path / "docs" / "x.html").read_text()
-    assert "Plotly.newPlot" in page and "Figure" in page  # the (highlighted) code and a drawn figure
+    monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    figure = "import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2], y=[3, 4]))"
+    for setup, shows in (("from bebop.plots import notebook\nnotebook.setup()", True), ("", False)):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("a figure"),
+                                             nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(figure)])
+        notebook_client(nb, 120).execute()
+        assert cells_that_drew(nb) == {2}
+        assert cells_showing_a_plot(render_html(nb)) == ({2} if shows else set()), setup or "Plotly's default"
 
 
 class DeafSocket(zmq.asyncio.Socket):

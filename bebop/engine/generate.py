@@ -59,8 +59,8 @@ class Engine:
     dynamic shapes (on CPU with inductor's C++ wrapper): a few graphs per phase serve every batch size, cache
     length, prompt width and gamma (row buckets start at 2, since torch specialises sizes 0 and 1; plain steps,
     with no drafts, get their own).
-    The first steps pay the compilation (cached on disk by inductor for later processes; its cost is in README's
-    Benchmarks): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
+    The first steps pay the compilation (cached on disk by inductor for later processes; its cost is in
+    docs/benchmarks.md): worth it for long generation, not for a few short calls. After that a step's hundreds of small ops
     run as a few fused kernels, which on CPU is most of a small model's step time. The randomness comes in as
     uniforms drawn from the engine's generator, so from the same seed the compiled engine draws what the eager one
     draws. Parameters stay graph inputs (no freezing), so a policy that an optimiser updates in place is sampled
@@ -105,7 +105,7 @@ class Engine:
             torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None
         # On CPU the generated Python wrapper that calls a graph's few dozen kernels costs about as much as the
         # small kernels themselves; a C++ wrapper (the same kernels) measured faster plain steps, most at batch 1,
-        # and compiles no slower (README, Benchmarks).
+        # and compiles no slower (docs/benchmarks.md).
         options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
         wrap = (lambda fn: torch.compile(fn, dynamic=True, options=options)) if compile else (lambda fn: fn)
         # The cached forwards (prefill, step costs), compiled or not: model.forward, and the head's in its cache.
@@ -122,7 +122,7 @@ class Engine:
 
     def packed_weights(self):
         """The context generate() runs in: eagerly on CPU in bf16, linear weights packed for oneDNN once per
-        weight version instead of on every matmul (bebop.models.prepack; measured faster steps: README, Benchmarks)."""
+        weight version instead of on every matmul (bebop.models.prepack; measured faster steps: docs/benchmarks.md)."""
         return prepacked(self.model, self.mtp, enabled=not self.compiled)
 
     @torch.inference_mode()

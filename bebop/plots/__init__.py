@@ -7,7 +7,8 @@ holds, at full resolution. The figure function draws that table. Rates are poole
 
 On screen each trace keeps at most MAX_POINTS points (evenly thinned, first and last kept), smoothing is a
 TensorBoard-style debiased EMA over the full series drawn over a faint raw trace, and a run keeps its
-colour across every figure of a page (`run_colors`).
+colour across every figure of a page (`run_colors`), and a (head, method) series across every figure of a notebook
+(`series_colors`).
 
 One module per kind of figure (style: shared colours and helpers; entropy; traces over time; speed; the Eq.-16
 decomposition; samples); import them all from here: `from bebop import plots`.
@@ -17,6 +18,7 @@ from bebop.plots.decomposition import decomposition_data, decomposition_figure
 from bebop.plots.entropy import acceptance_vs_entropy, entropy_fits, entropy_points, fitted_span, token_points
 from bebop.plots.samples import sample_html, sample_tokens, token_figure
 from bebop.plots.speed import (
+                               SPEED_COLORS,
                                positions,
                                positions_figure,
                                speedup_figure,
@@ -28,6 +30,7 @@ from bebop.plots.style import (
                                ACCEPT_LENGTH,
                                MAX_POINTS,
                                ORIGIN_COLORS,
+                               PAIRED,
                                PALETTE,
                                SPEC_FIELDS,
                                TEMPLATE,
@@ -36,17 +39,23 @@ from bebop.plots.style import (
                                missing_spec,
                                pooled,
                                run_colors,
+                               series_colors,
                                smooth,
                                thin,
 )
 from bebop.plots.traces import lines, numeric_series, over_time
 
+# bebop.plots.notebook (the renderer and runs root a notebook sets up) is imported by name, not re-exported here:
+# the dashboard never needs it.
+
 __all__ = [
     "ACCEPT_LENGTH",
     "MAX_POINTS",
     "ORIGIN_COLORS",
+    "PAIRED",
     "PALETTE",
     "SPEC_FIELDS",
+    "SPEED_COLORS",
     "TEMPLATE",
     "X_AXES",
     "acceptance_vs_entropy",
@@ -65,6 +74,7 @@ __all__ = [
     "positions_figure",
     "run_colors",
     "sample_html",
+    "series_colors",
     "sample_tokens",
     "smooth",
     "speedup_figure",

@@ -48,6 +48,11 @@ def _records(train: pd.DataFrame) -> list[dict]:
     return train.to_dict("records")
 
 
+# One colour per part of a step in every speed figure (step times, speedups, notebook 05's batch regime): the
+# generation's bar and its speedup alike, the whole step's alike; a prediction grey (hatched where it is a bar).
+SPEED_COLORS = {"generation": "#4C78A8", "update": "#F58518", "whole step": "#54A24B", "predicted": "#BAB0AC"}
+
+
 def step_times(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Seconds per RL step by `speedup.STATISTIC`: [run, gen, update, step] (async steps overlap gen and update)."""
     cols = {"timing_s/gen": "gen", "timing_s/update_actor": "update", "timing_s/step": "step"}
@@ -61,8 +66,9 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
     stacking them would draw bars longer than the step."""
     _check_columns(table, ("run", "gen", "update", "step"), "step_time_figure")
     fig = go.Figure()
-    for column, label, color in (("gen", "generation", "#4C78A8"), ("update", "update", "#F58518"),
-                                 ("step", "whole step", "#54A24B")):
+    for column, label, color in (("gen", "generation", SPEED_COLORS["generation"]),
+                                 ("update", "update", SPEED_COLORS["update"]),
+                                 ("step", "whole step", SPEED_COLORS["whole step"])):
         fig.add_trace(go.Bar(y=table["run"], x=table[column], name=label, orientation="h", marker_color=color,
                              hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}} s<extra></extra>"))
     fig.update_layout(barmode="group")
@@ -90,9 +96,9 @@ def speedup_figure(table: pd.DataFrame) -> go.Figure:
     _check_columns(table, ("run", "measured_rollout", "measured_end_to_end", "predicted"), "speedup_figure")
     fig = go.Figure()
     for column, label, color, pattern in (
-            ("measured_rollout", "generation, measured", "#72B7B2", ""),
-            ("measured_end_to_end", "whole step, measured", "#4C78A8", ""),
-            ("predicted", "generation, predicted from measured costs", "#BAB0AC", "/")):
+            ("measured_rollout", "generation, measured", SPEED_COLORS["generation"], ""),
+            ("measured_end_to_end", "whole step, measured", SPEED_COLORS["whole step"], ""),
+            ("predicted", "generation, predicted from measured costs", SPEED_COLORS["predicted"], "/")):
         fig.add_trace(go.Bar(y=table["run"], x=table[column], name=label, orientation="h", marker_color=color,
                              marker_pattern_shape=pattern, textposition="outside", cliponaxis=False,
                              text=[f"{v:.2f}×" if np.isfinite(v) else "" for v in table[column]],

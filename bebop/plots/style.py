@@ -27,6 +27,25 @@ def run_colors(runs: Iterable[str]) -> dict[str, str]:
     return {run: PALETTE[i % len(PALETTE)] for i, run in enumerate(dict.fromkeys(runs))}
 
 
+# Pairs of one hue, dark then light: a head (or loss) keeps its hue in every figure of a notebook, and its two
+# verification rules are told apart by shade (RS dark, TO light), so "ce · rs" is one colour everywhere it appears.
+PAIRED = (("#1F5A96", "#8DB8E3"), ("#C4610A", "#F9BB7A"), ("#2F7D32", "#93D08A"), ("#A8322F", "#F19C9A"),
+          ("#6A3F8F", "#C5A6DD"), ("#5E4A3B", "#C2A995"))
+SHADE = {"rs": 0, "to": 1}  # a method's shade in its head's pair; any other method takes the dark one
+
+
+def series_colors(keys: Iterable[tuple[str, str]], *, label: str = "{head} · {method}") -> dict[str, str]:
+    """One colour per (head, method) series, by head order: the map every figure of a notebook draws with.
+
+    `label` formats each key into the series name the figures use (e.g. "engine · {head} {method}" for
+    `token_points`' runs), so two figures that name the same series differently still colour it alike.
+    """
+    keys = list(dict.fromkeys(keys))
+    heads = list(dict.fromkeys(head for head, _ in keys))
+    return {label.format(head=head, method=method): PAIRED[heads.index(head) % len(PAIRED)][SHADE.get(method, 0)]
+            for head, method in keys}
+
+
 def thin(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
     """Indices of at most `max_points` evenly spaced rows out of n, always keeping the first and last."""
     if max_points < 2:

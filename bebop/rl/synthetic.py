@@ -77,7 +77,7 @@ class SyntheticConfig:
 
     @property
     def accept_law(self) -> tuple[float, float]:
-        """(a, b) of α = a - b·H for this rollout/objective, following the measured relations (README, Status):
+        """(a, b) of α = a - b·H for this rollout/objective, as measured (README, the four findings):
         RS accepts at least what TO does at every entropy (finding 2), TO falls faster with entropy (RS's slope
         about 0.7x TO's), and a TV-trained head under RS is almost flat."""
         if self.rollout == "to":
