@@ -204,4 +204,5 @@ def test_rl_runs_with_the_embedded_head_of_a_random_policy(policies, tmp_path):
     assert main(["rl", "--out", str(run), "--policy", str(policies["full"]), "--head", EMBEDDED, "--steps", "1",
                  "--no-progress", "--threads", "1"]) == 0
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["head"] == EMBEDDED
+    assert (meta["head"]["name"], meta["head"]["objective"]) == (EMBEDDED, "ce")  # the spec as given, the stored loss
+    assert meta["policy"]["name"] == str(policies["full"])

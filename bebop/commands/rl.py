@@ -153,8 +153,7 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     head_spec = args.head if config.uses_head else None
     model, tokenizer, head, shadow = _load_heads(args.policy, head_spec, config)
-    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, meta_extra={"head": head_spec},
-                          shadow_heads=shadow)
+    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, shadow_heads=shadow)
     records = trainer.run(progress=not args.no_progress and distributed.is_main())
     if not distributed.is_main():
         return 0

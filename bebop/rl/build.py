@@ -32,6 +32,7 @@ from bebop.device import resolve_device, resolve_dtype
 from bebop.files import read_json
 from bebop.engine.backend import rollout_backend
 from bebop.models.mtp import check_head_fits
+from bebop.policy import run_meta
 from bebop.rl.batch import Rollouts
 from bebop.rl.config import RLConfig, renamed
 from bebop.rl.parallel import check_world
@@ -140,7 +141,7 @@ class RLRun:
                                   method=config.method, world=distributed.world())
         rollouts = Rollouts(backend, self.task, tokenizer, prompt_format)
         meta = {"policy_parameters": model.num_parameters(), "device": str(device), "world_size": distributed.world(),
-                **(meta_extra or {}),
+                **run_meta(model, [] if head is None else [head], dtype=dtype), **(meta_extra or {}),
                 **rl_setup(task=getattr(self.task, "name", config.task), rollout=config.method, mode=config.mode,
                            mtp_objective=getattr(head, "objective", None), mtp_strategy=config.mtp, gamma=config.gamma)}
         writer = (RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=self.resume, name=name, meta_extra=meta,
