@@ -17,6 +17,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bebop import speedup  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
+from bebop.default import DEFAULT_DIR, load_default  # noqa: E402
+from bebop.models.checkpoint import weights_hash  # noqa: E402
 from bebop.rl.synthetic import SyntheticConfig, SyntheticRun, write_synthetic_run  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
 
@@ -343,6 +345,10 @@ def test_real_runs_show_their_setup(real_root, monkeypatch):
 def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain", "train-mtp", "eval-mtp"]), page)
     assert not at.exception, at.exception
+    # every page says what made its runs: the embedded default, by name, size, dtype and its weights' hash
+    made = _texts(at.caption)
+    assert f"policy default ({load_default().model.num_parameters() / 1e6:.1f}M parameters, " in made
+    assert f"weights {weights_hash(DEFAULT_DIR)[:8]})" in made
     charts = _charts(at)
     if page in ("live", "speed", "metrics"):
         lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
@@ -368,6 +374,47 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     if page == "metrics":
         titles = {c["layout"]["title"]["text"] for c in charts}
         assert {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean"} <= titles
+
+
+def test_the_runs_table_names_each_runs_policy_and_head(real_root, root, monkeypatch, tmp_path):
+    """Real runs name the embedded default and their heads; a run from before runs recorded them shows a dash; a
+    SmolLM2 run reads as one, on the Runs page and on the Live page, beside a tiny-model run."""
+    table = _app(real_root, monkeypatch, None).dataframe[0].value.set_index("run")
+    assert set(table["policy"]) == {"default"}
+    assert dict(table["head"]) == {"rl-rs": "e2e_tv", "rl-plain": "none", "train-mtp": "e2e_tv",
+                                   "eval-mtp": "ce, e2e_tv"}  # train-mtp's head: no --out, named by its loss
+    other = tmp_path / "runs"
+    shutil.copytree(root / "rs-tv", other / "old-tiny")  # synthetic: no policy or head recorded
+    shutil.copytree(real_root / "rl-rs", other / "smol-rs")
+    meta = json.loads((other / "smol-rs" / "meta.json").read_text())
+    meta["policy"] = {"name": "smollm2", "hash": "6b54f4a2" * 8, "dtype": "bfloat16", "parameters": 134515008}
+    (other / "smol-rs" / "meta.json").write_text(json.dumps(meta))
+    at = _app(other, monkeypatch, ["smol-rs", "old-tiny"])
+    table = at.dataframe[0].value.set_index("run")
+    assert (table.loc["smol-rs", "policy"], table.loc["old-tiny", "policy"]) == ("smollm2", "—")
+    assert "policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2)" in _texts(at.caption)  # under Configs
+    live = _texts(_page(at, "live").caption)
+    assert "`smol-rs`: policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv" in live
+    assert "`old-tiny`: policy —" in live
+
+
+def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "rs-tv", runs / "quiet")
+    shutil.copytree(root / "rs-tv", runs / "stuck")
+    writer = RunWriter(runs / "stuck", {}, kind="rl", resume=True)
+    writer.warn("none of the run's first 16 prompt groups had completions that scored differently", source="no_signal",
+                step=13)
+    writer.close()
+    at = _app(runs, monkeypatch, ["stuck", "quiet"])
+    assert not at.exception
+    alerts = [a.value for a in at.warning]
+    assert len(alerts) == 1 and "`stuck` raised 1 warning" in alerts[0]
+    assert "step 13: none of the run's first 16 prompt groups" in alerts[0]
+    table = at.dataframe[0].value.set_index("run")
+    assert (table.loc["stuck", "warnings"], table.loc["quiet", "warnings"]) == ("1", "—")
+    live = _page(at, "live")
+    assert [a.value for a in live.warning] == alerts
 
 
 def test_speed_prediction_comes_from_the_logged_step_costs(real_root, monkeypatch):

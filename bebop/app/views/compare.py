@@ -11,6 +11,7 @@ st.title("Compare")
 if len(chosen) < 1:
     st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
     st.stop()
+state.note_made_by({state.label(info, root): info.meta for info in chosen})
 names = [state.label(info, root) for info in chosen]
 colors = state.run_colors(names)
 runs = state.load_runs(chosen, root)
