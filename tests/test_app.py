@@ -362,6 +362,7 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     if page == "compare":
         summary = at.dataframe[0].value
         assert summary.loc[summary["run"] == "rl-rs", "mtp_objective"].item() == "e2e_tv"
+        assert "All these runs: policy default" in made and "policy" not in summary.columns  # said once, above
         assert {"eval-mtp · ce rs", "eval-mtp · e2e_tv to"} <= set(summary["series"].dropna())
     if page == "mtp":
         titles = {c["layout"]["title"]["text"] for c in charts}

@@ -119,8 +119,9 @@ def test_what_made_a_run_reads_for_new_runs_and_old_ones():
     assert head_of(plain) == "none" and made_by(plain).endswith("· no head (plain decoding)")
     assert made_by({**new, "head": [LOOKUP, _head("ce")]}).endswith(
         "· head lookup (prompt lookup: no weights) · head ce (ce loss, trained depth 5, whole vocabulary)")
-    old = {"policy_parameters": 3175168, "head": "e2e_tv"}  # before runs recorded them: the spec alone
+    old = {"policy_parameters": 134515008, "head": "e2e_tv"}  # before runs recorded them: a size, the spec alone
     assert (policy_of(old), head_of(old), policy_of({}), head_of({})) == ("—", "e2e_tv", "—", "—")
+    assert made_by(old) == "policy — (134.5M parameters) · head e2e_tv" and made_by({}) == "policy —"
 
 
 # ----------------------------------------------------------------------------------------- bebop rl: flags, line

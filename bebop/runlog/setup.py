@@ -87,6 +87,8 @@ def made_by(meta: Mapping[str, Any]) -> str:
         facts = [f"{policy['parameters'] / 1e6:.1f}M parameters" if policy.get("parameters") else None,
                  policy.get("dtype"), f"weights {policy['hash'][:8]}" if policy.get("hash") else None]
         parts[0] += f" ({', '.join(f for f in facts if f)})"
+    elif isinstance(meta.get("policy_parameters"), int):  # an RL run from before: its size is all it says
+        parts[0] += f" ({meta['policy_parameters'] / 1e6:.1f}M parameters)"
     if "head" in meta:
         heads = _heads(meta["head"])
         parts += [_head_text(head) for head in heads] if heads else ["no head (plain decoding)"]

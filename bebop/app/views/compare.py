@@ -5,6 +5,7 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.app import state
+from bebop.runlog.setup import policy_of
 
 root, infos, chosen, message = state.selected()
 st.title("Compare")
@@ -23,7 +24,8 @@ rows = []
 for info in chosen:
     name = state.label(info, root)
     train = trains.get(name)
-    row = {"run": name, **{key: state.shown(info.setup.get(key)) for key in state.CONFIG_KEYS}}
+    row = {"run": name, "policy": policy_of(info.meta), **{key: state.shown(info.setup.get(key))
+                                                           for key in state.CONFIG_KEYS}}
     if train is not None:
         tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
         row["steps"] = len(train)
@@ -51,9 +53,10 @@ summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
 # What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
 same = {c: summary[c].iloc[0] for c in summary.columns
-        if c in state.CONFIG_KEYS and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
-if same:
-    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in same.items()))
+        if c in ("policy", *state.CONFIG_KEYS) and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
+said = {c: v for c, v in same.items() if v != state.MISSING}  # runs that all do not say: nothing to say
+if said:
+    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in said.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
            "final_step_s": "%.2f", "steps": "%d"}
 state.show_table(summary.drop(columns=list(same)), formats)
