@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.outputs import check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.device import resolve_device
@@ -156,6 +157,7 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
     from bebop import distributed
     from bebop.rl.build import prepare_run
 
+    check_run_dir(args.out, resume=args.resume, flag="--out")  # the library's own check names no flag
     run = prepare_run(config, args.out, resume=args.resume)  # the world, --out, the backend, the task: before loading
     check_policy(args.policy)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
