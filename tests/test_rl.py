@@ -535,7 +535,8 @@ def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, caps
     assert cli.run(parser.parse_args(argv[:5] + ["3"] + argv[6:] + ["--resume"])) == 0
     run = load_run(tmp_path / "run")
     assert list(run.streams["train"]["step"]) == [0, 1, 2]
-    assert run.meta["config"]["task"] == "agent" and run.meta["head"] == "e2e_tv"
+    assert run.meta["config"]["task"] == "agent" and run.meta["head"]["name"] == "e2e_tv"
+    assert run.meta["policy"]["name"] == str(policy_dir) and len(run.meta["resumes"]) == 1  # kept on resume
     assert f"bebop dashboard --runs {tmp_path}" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="--head"):
         cli.run(parser.parse_args(["--policy", str(policy_dir), "--out", str(tmp_path / "r2"), "--head", "nope"]))
