@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,24 @@ def test_task_sweep_records_its_policy():
                  "fp32", "--run-dir", "R"]) == 0
     meta = _meta(Path("R"))
     assert meta["policy"] == _default_policy("float32") and meta["head"] is None  # it decodes plainly
+
+
+def test_a_run_resumes_only_from_the_policy_it_started_from(tmp_path, capsys):
+    """The checkpoint holds the weights the run trained; resumed with another --policy, meta.json would name a policy
+    it never ran: refused in one line."""
+    other = tmp_path / "other"
+    shutil.copytree(DEFAULT_DIR, other)
+    model = load_default(dtype=torch.float32).model
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] += 1.0  # the same shapes, other weights
+    save_pretrained(model.to(torch.bfloat16), other)
+    argv = ["rl", *SMALL_RL, "--no-progress", "--checkpoint-every", "1", "--out", "R"]
+    assert main(argv) == 0
+    argv[argv.index("--steps") + 1] = "3"
+    assert main([*argv, "--resume", "--policy", str(other)]) == 2
+    line = one_error_line(capsys)
+    assert f"it started from policy default (weights {weights_hash(DEFAULT_DIR)[:8]}), not {other}" in line
+    assert main([*argv, "--resume"]) == 0  # from the policy it started from, it goes on
 
 
 # ---------------------------------------------------------------------------------------------- the weights' hash

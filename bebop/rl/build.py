@@ -108,6 +108,17 @@ def check_resumable(saved: dict, config: RLConfig) -> None:
         raise ValueError(f"cannot resume with a different config (checkpoint, now): {changed}")
 
 
+def check_same_policy(run_dir: Path, model) -> None:
+    """A run resumes from the policy it started from (its meta.json's `policy` hash, where it and `model` have one):
+    the checkpoint restores the weights it trained, and meta.json would otherwise name a policy the run never ran."""
+    meta = read_json(run_dir / "meta.json") if (run_dir / "meta.json").is_file() else {}
+    started = meta.get("policy") if isinstance(meta.get("policy"), dict) else {}
+    if started.get("hash") and model.weights_hash and started["hash"] != model.weights_hash:
+        raise ValueError(f"cannot resume {run_dir}: it started from policy {started.get('name')} (weights "
+                         f"{started['hash'][:8]}), not {model.name_or_path} (weights {model.weights_hash[:8]}); "
+                         "resume it with the --policy it started from")
+
+
 @dataclass(frozen=True)
 class RLRun:
     """A run checked and ready for its policy (`prepare_run`)."""
@@ -133,6 +144,7 @@ class RLRun:
         checkpoint = load_checkpoint(self.run_dir) if self.resume else None
         if checkpoint is not None:
             check_resumable(checkpoint["config"], config)
+            check_same_policy(self.run_dir, model)
         set_threads(config)
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.gen_dtype, device)
