@@ -92,7 +92,7 @@ def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dt
     head spec `head` (None: no head), on `device` (None: the CPU). `dtype` None keeps each file's stored dtype."""
     model, tokenizer, root, stored = _load(policy, dtype)
     chosen = None if head is None else resolve_head(head, model, root, stored=stored, dtype=dtype)
-    return model.to(device), tokenizer, None if chosen is None else _to(chosen, device)
+    return model.to(device), tokenizer, None if chosen is None else chosen.to(device)
 
 
 def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | None = None, *,
@@ -103,13 +103,8 @@ def load_policy_heads(policy: str | os.PathLike | None, specs: Sequence[str] | N
 
     model, tokenizer, root, stored = _load(policy, dtype)
     heads = resolve_heads(shipped_heads(root) if specs is None else specs, model, root=root, stored=stored, dtype=dtype)
-    return PolicyBundle(model=model.to(device), tokenizer=tokenizer, heads={k: _to(h, device) for k, h in heads.items()},
+    return PolicyBundle(model=model.to(device), tokenizer=tokenizer, heads={k: h.to(device) for k, h in heads.items()},
                         path=root)
-
-
-def _to(head, device):
-    """A head on `device`; prompt lookup has no tensors to move."""
-    return head if getattr(head, "to", None) is None else head.to(device)
 
 
 def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None

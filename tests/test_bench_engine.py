@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from bebop.cli import main
-from bebop.commands.bench.engine import MODELS, step_costs
+from bebop.commands.bench.costs import step_costs
+from bebop.commands.bench.engine import MODELS
 from bebop.models.transformer import Transformer
 
 
@@ -105,3 +106,25 @@ def test_deep_preset_spreads_the_tiny_parameters_over_more_layers():
     assert deep.config.num_hidden_layers >= 4 * tiny.config.num_hidden_layers
     layer_params = lambda m: sum(p.numel() for p in m.model.layers.parameters())  # noqa: E731
     assert 0.75 < layer_params(deep) / layer_params(tiny) < 1.25  # same compute per token, within 25%
+
+
+def test_task_prompts_a_draft_vocabulary_and_prompt_lookup(tmp_path):
+    """--task draws the policy's prompts from a task; a head over a draft vocabulary also gets its draft position
+    timed over the whole vocabulary; prompt lookup (no head) gets rows without step costs."""
+    from bebop.default import DEFAULT_DIR, load_default
+    from bebop.models.checkpoint import save_head
+
+    head = load_default(dtype=torch.float32).heads["e2e_tv"]
+    save_head(head.use_draft_vocab(torch.arange(60)), tmp_path / "on_s")
+    rows = {}
+    for spec in (str(tmp_path / "on_s"), "lookup"):
+        path = tmp_path / f"{spec[-4:]}.json"
+        assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--head", spec, "--task", "math", "--batch",
+                     "2", "--gamma", "2", "--new-tokens", "6", "--repeats", "1", "--threads", "1", "--no-compile",
+                     "--no-hf", "--json", str(path)]) == 0
+        rows[spec] = [r for r in json.loads(path.read_text()) if r["mode"] == "rs"]
+    on_s, lookup = rows[str(tmp_path / "on_s")], rows["lookup"]
+    assert all(r["prompts"] == "math" for r in on_s + lookup)
+    assert on_s and all(0 < r["draft_cost"] and 0 < r["draft_cost_full_vocab"] for r in on_s)
+    assert lookup and all("draft_cost" not in r and r["theoretical_speedup"] is None and r["speedup"] > 0
+                          for r in lookup)

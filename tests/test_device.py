@@ -26,7 +26,7 @@ ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", 
         "task-sweep": ["task-sweep", "--run-dir", "{tmp}/sweep"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
         "bench depth": ["bench", "depth"],
-        "bench train-mtp": ["bench", "train-mtp"]}
+        "bench train-mtp": ["bench", "train-mtp"], "bench coverage": ["bench", "coverage"]}
 
 
 def _parser(module: str) -> argparse.ArgumentParser:

@@ -288,3 +288,25 @@ def test_writers_for_engines_that_draft_over_the_whole_vocabulary_refuse_a_head_
     finally:
         head.use_draft_vocab(None)
     assert not (tmp_path / "hf").exists() and not (tmp_path / "vllm").exists()
+
+
+def test_soft_coverage_is_measured_on_the_half_it_was_not_chosen_on(pair):
+    """S_K from one half of the answers, p(S_K) on the other: rising with K to exactly 1 at the whole vocabulary,
+    and equal to a direct computation over the held-out positions."""
+    from bebop.heads.coverage import soft_coverage, written_hidden
+
+    model, _ = pair
+    gen = torch.Generator().manual_seed(3)
+    corpus = {"tokens": [torch.randint(64, (n,), generator=gen).tolist() for n in (9, 12, 7, 10)],
+              "trainable": [[False] * 3 + [True] * (n - 3) for n in (9, 12, 7, 10)]}
+    weight = model.lm_head.weight.detach()
+    result = soft_coverage(model, corpus, weight, [4, 16, 64], temperature=0.8, required=(2,))
+    assert [c.size for c in result] == [4, 16, 64] and result[-1].mean == pytest.approx(1.0)
+    # the held-out (odd) answers: positions 2..n-2 of each, whose next token the policy wrote
+    assert result[0].mean < result[1].mean < result[2].mean and result[0].positions == (12 - 3) + (10 - 3)
+    fit = torch.cat([torch.softmax(h @ weight.T / 0.8, -1) for h in written_hidden(model, {
+        k: v[0::2] for k, v in corpus.items()})])
+    held = torch.cat([torch.softmax(h @ weight.T / 0.8, -1) for h in written_hidden(model, {
+        k: v[1::2] for k, v in corpus.items()})])
+    ids = choose(fit.double().sum(0), 16, (2,))
+    assert result[1].mean == pytest.approx(float(held[:, ids].sum(-1).mean()), rel=1e-5)

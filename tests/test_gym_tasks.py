@@ -221,7 +221,7 @@ def gym_sweep_seed(config) -> int:
     (["--dataset", "chain_sum", "--grid", "terms"], "is not FIELD"),
     (["--tasks", "gym:chain_sum?terms=2"], "no setting 'terms'"),
     (["--temperatures", "-1"], "temperatures must be finite and >= 0"),
-    (["--num-problems", "0"], "num_problems must be a positive int"),
+    (["--num-problems", "0"], "--num-problems must be a positive int"),
 ])
 def test_task_sweep_misuse_is_one_line_and_exit_2(argv, match, tmp_path, capsys, monkeypatch):
     import bebop.policy

@@ -32,6 +32,10 @@ class PromptLookup:
                 and 1 <= self.min_ngram <= self.max_ngram):
             raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
 
+    def to(self, *args, **kwargs) -> PromptLookup:
+        """Itself: a lookup has no tensors to move (callers move heads and lookups alike)."""
+        return self
+
     def propose(self, history: list[int], gamma: int) -> list[int]:
         """γ draft tokens continuing `history` (whose last token is the pending one)."""
         for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):

