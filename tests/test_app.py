@@ -345,10 +345,10 @@ def test_real_runs_show_their_setup(real_root, monkeypatch):
 def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain", "train-mtp", "eval-mtp"]), page)
     assert not at.exception, at.exception
-    # every page says what made its runs: the embedded default, by name, size, dtype and its weights' hash
+    # every page says what made its runs: the embedded default, by name, size, dtype and its weights' hash; the head
     made = _texts(at.caption)
     assert f"policy default ({load_default().model.num_parameters() / 1e6:.1f}M parameters, " in made
-    assert f"weights {weights_hash(DEFAULT_DIR)[:8]})" in made
+    assert f"weights {weights_hash(DEFAULT_DIR)[:8]}) · head e2e_tv (e2e_tv loss, trained depth " in made
     charts = _charts(at)
     if page in ("live", "speed", "metrics"):
         lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
@@ -377,45 +377,76 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
         assert {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean"} <= titles
 
 
-def test_the_runs_table_names_each_runs_policy_and_head(real_root, root, monkeypatch, tmp_path):
-    """Real runs name the embedded default and their heads; a run from before runs recorded them shows a dash; a
-    SmolLM2 run reads as one, on the Runs page and on the Live page, beside a tiny-model run."""
+def test_the_runs_table_names_each_runs_policy_and_head(real_root, monkeypatch):
     table = _app(real_root, monkeypatch, None).dataframe[0].value.set_index("run")
     assert set(table["policy"]) == {"default"}
     assert dict(table["head"]) == {"rl-rs": "e2e_tv", "rl-plain": "none", "train-mtp": "e2e_tv",
                                    "eval-mtp": "ce, e2e_tv"}  # train-mtp's head: no --out, named by its loss
-    other = tmp_path / "runs"
-    shutil.copytree(root / "rs-tv", other / "old-tiny")  # synthetic: no policy or head recorded
-    shutil.copytree(real_root / "rl-rs", other / "smol-rs")
-    meta = json.loads((other / "smol-rs" / "meta.json").read_text())
-    meta["policy"] = {"name": "smollm2", "hash": "6b54f4a2" * 8, "dtype": "bfloat16", "parameters": 134515008}
-    (other / "smol-rs" / "meta.json").write_text(json.dumps(meta))
-    at = _app(other, monkeypatch, ["smol-rs", "old-tiny"])
-    table = at.dataframe[0].value.set_index("run")
-    assert (table.loc["smol-rs", "policy"], table.loc["old-tiny", "policy"]) == ("smollm2", "—")
-    assert "policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2)" in _texts(at.caption)  # under Configs
-    live = _texts(_page(at, "live").caption)
-    assert "`smol-rs`: policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv" in live
-    assert "`old-tiny`: policy —" in live
+
+
+SMOL = {"policy": {"name": "smollm2", "hash": "6b54f4a2" * 8, "dtype": "bfloat16", "parameters": 134515008},
+        "head": {"name": "e2e_tv", "kind": "mtp", "objective": "e2e_tv", "depth": 5, "draft_vocab": 8192}}
+SMOL_LINE = ("policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv loss, trained "
+             "depth 5, draft vocabulary 8,192)")
+
+
+@pytest.fixture(scope="module")
+def smol_root(real_root, root, tmp_path_factory) -> Path:
+    """A SmolLM2 RL run and its head's train-mtp run (real runs whose meta.json says so), beside a run from before
+    runs recorded what made them (synthetic: no `policy`, no `head`)."""
+    runs = tmp_path_factory.mktemp("smol") / "runs"
+    for name, real in (("smol-rs", "rl-rs"), ("smol-mtp", "train-mtp")):
+        shutil.copytree(real_root / real, runs / name)
+        meta = json.loads((runs / name / "meta.json").read_text())
+        (runs / name / "meta.json").write_text(json.dumps({**meta, **SMOL}))
+    shutil.copytree(root / "rs-tv", runs / "old-tiny")
+    return runs
+
+
+@pytest.mark.parametrize("page", ("runs", *PAGES, "mtp", "metrics"))
+def test_every_page_names_the_policy_and_head_of_its_runs(smol_root, monkeypatch, page):
+    """A SmolLM2 run never passes for a tiny-model one: each page names its runs' policy (size, dtype, weights) and
+    head (loss, depth, draft vocabulary); a run that predates those keys reads as a dash, and nothing breaks."""
+    at = _app(smol_root, monkeypatch, ["smol-rs", "smol-mtp", "old-tiny"])
+    at = at if page == "runs" else _page(at, page)
+    assert not at.exception, at.exception
+    made = _texts(at.caption)
+    assert f": {SMOL_LINE}" in made, made
+    if page not in ("samples", "mtp"):  # pages of one run (the first with samples) or of MTP runs only
+        assert "`old-tiny`: policy —" in made
+    if page == "runs":
+        table = at.dataframe[0].value.set_index("run")
+        assert dict(table["policy"]) == {"smol-rs": "smollm2", "smol-mtp": "smollm2", "old-tiny": "—"}
+        assert dict(table["head"]) == {"smol-rs": "e2e_tv", "smol-mtp": "e2e_tv", "old-tiny": "—"}
+    if page == "compare":  # the runs' policies differ: a column, not a line above the table
+        summary = at.dataframe[0].value.set_index("run")
+        assert summary.loc["smol-rs", "policy"] == "smollm2" and summary.loc["old-tiny", "policy"] == "—"
 
 
 def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch, tmp_path):
+    """An alert per run that raised warnings (the latest three, with their steps) on the Runs and Live pages, and
+    their count in the Runs table; a run without warnings gets neither."""
     runs = tmp_path / "runs"
     shutil.copytree(root / "rs-tv", runs / "quiet")
     shutil.copytree(root / "rs-tv", runs / "stuck")
     writer = RunWriter(runs / "stuck", {}, kind="rl", resume=True)
     writer.warn("none of the run's first 16 prompt groups had completions that scored differently", source="no_signal",
-                step=13)
+                step=3)
+    for step in (6, 9, 13):
+        writer.warn(f"draft-health alarm {step}: the draft no longer matches the policy", source="draft_health",
+                    step=step)
     writer.close()
     at = _app(runs, monkeypatch, ["stuck", "quiet"])
     assert not at.exception
     alerts = [a.value for a in at.warning]
-    assert len(alerts) == 1 and "`stuck` raised 1 warning" in alerts[0]
-    assert "step 13: none of the run's first 16 prompt groups" in alerts[0]
+    assert len(alerts) == 1
+    assert alerts[0].startswith("`stuck` raised 4 warnings (the latest 3; all in its warnings.jsonl):")
+    assert "step 13: draft-health alarm 13" in alerts[0] and "step 6: draft-health alarm 6" in alerts[0]
+    assert "prompt groups" not in alerts[0]  # the oldest is left to warnings.jsonl
     table = at.dataframe[0].value.set_index("run")
-    assert (table.loc["stuck", "warnings"], table.loc["quiet", "warnings"]) == ("1", "—")
+    assert (table.loc["stuck", "warnings"], table.loc["quiet", "warnings"]) == ("4", "—")
     live = _page(at, "live")
-    assert [a.value for a in live.warning] == alerts
+    assert not live.exception and [a.value for a in live.warning] == alerts
 
 
 def test_speed_prediction_comes_from_the_logged_step_costs(real_root, monkeypatch):
