@@ -164,7 +164,8 @@ def check_knobs(one: dict, two: dict) -> None:
 
 def test_rl_on_two_ranks_logs_each_step_once_and_checkpoints(tmp_path):
     out = tmp_path / "run"
-    torchrun("-m", "bebop", "rl", "--preset", "quick", "--steps", "2", "--out", str(out), "--no-progress")
+    torchrun("-m", "bebop", "rl", "--preset", "quick", "--steps", "2", "--gamma", "3", "--out", str(out),
+             "--no-progress")  # a static γ: every step drafts
     assert steps_of(out / "train.jsonl") == [0, 1]
     assert set(steps_of(out / "samples.jsonl")) == {0, 1}
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "meta.json", "samples.jsonl", "status.json",
