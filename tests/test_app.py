@@ -488,6 +488,9 @@ def test_speed_page_pairs_the_demo_runs_and_prints_its_ratios(monkeypatch):
     # rows32 over rows32, rows4 over rows4; the runs' folder named once above the table, which then fits the page
     assert dict(table["plain_run"]) == {"rows32-mtp-rs-e2e_tv": "rows32-no-mtp", "rows4-mtp-rs-e2e_tv": "rows4-no-mtp"}
     assert f"Runs in `{folder.name}/`" in _texts(at.caption)
+    made = _texts(at.caption)  # what made them, by the names the table gives them
+    assert "`rows32-mtp-rs-e2e_tv`, `rows4-mtp-rs-e2e_tv`: policy default (" in made
+    assert f"`{folder.name}/rows" not in made
     for rows, run in (("32", "rows32-mtp-rs-e2e_tv"), ("4", "rows4-mtp-rs-e2e_tv")):
         shown = tuple(f"{float(table.loc[run, c]):.2f}x" for c in ("predicted", "measured_rollout",
                                                                       "measured_end_to_end"))

@@ -242,7 +242,8 @@ def note_made_by(named: Mapping[str, Mapping]) -> None:
     """Which policy and head made each run ({label: meta.json}), one line per distinct pair: a SmolLM2 run never
     passes for a tiny-model run."""
     lines: dict[str, list[str]] = {}
-    for name, meta in named.items():
+    _, names = one_folder(named)  # the demo's runs by their own names, as the tables below name them
+    for name, meta in zip(names, named.values()):
         lines.setdefault(made_by(meta), []).append(name)
     for text, names in lines.items():
         st.caption(f":material/memory: {', '.join(f'`{n}`' for n in names)}: {text}")
@@ -295,6 +296,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def one_folder(labels: Iterable[Any]) -> tuple[str, list[str]]:
+    """(their folder, the runs' names within it) for run labels all in one folder (the demo's four), else ("", the
+    labels)."""
+    labels = [str(label) for label in labels]
+    folders = {label.rpartition("/")[0] for label in labels}
+    if len(folders) == 1 and (folder := folders.pop()):
+        return folder, [label.rpartition("/")[2] for label in labels]
+    return "", labels
+
+
 def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
                helps: Mapping[str, str] | None = None) -> None:
     """A table as users read it: readable titles, numbers formatted (`formats`: printf patterns by column, else 4
@@ -302,10 +313,10 @@ def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
     (γ: 3 and "auto", which Arrow cannot serialise as one) is shown as text, right-aligned where it holds numbers."""
     table, config = table.reset_index(drop=True), {}
     if "run" in table.columns:  # runs of one folder (the demo's four): its name once, above, and the table fits
-        folders = {str(run).rpartition("/")[0] for run in table["run"]}
-        if len(folders) == 1 and (folder := folders.pop()):
+        folder, names = one_folder(table["run"])
+        if folder:
             st.caption(f"Runs in `{folder}/`")
-            table["run"] = [str(run).rpartition("/")[2] for run in table["run"]]
+            table["run"] = names
     for column in table.columns:
         values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
         present = [v for v in values if not _missing(v)]
