@@ -418,9 +418,10 @@ def test_every_page_names_the_policy_and_head_of_its_runs(smol_root, monkeypatch
         table = at.dataframe[0].value.set_index("run")
         assert dict(table["policy"]) == {"smol-rs": "smollm2", "smol-mtp": "smollm2", "old-tiny": "—"}
         assert dict(table["head"]) == {"smol-rs": "e2e_tv", "smol-mtp": "e2e_tv", "old-tiny": "—"}
-    if page == "compare":  # the runs' policies differ: a column, not a line above the table
+    if page == "compare":  # the runs' policies and heads differ: columns, not a line above the table
         summary = at.dataframe[0].value.set_index("run")
-        assert summary.loc["smol-rs", "policy"] == "smollm2" and summary.loc["old-tiny", "policy"] == "—"
+        assert tuple(summary.loc["smol-rs", ["policy", "head"]]) == ("smollm2", "e2e_tv")
+        assert tuple(summary.loc["old-tiny", ["policy", "head"]]) == ("—", "—")
 
 
 def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.app import state
-from bebop.runlog.setup import policy_of
+from bebop.runlog.setup import head_of, policy_of
 
 root, infos, chosen, message = state.selected()
 st.title("Compare")
@@ -24,8 +24,9 @@ rows = []
 for info in chosen:
     name = state.label(info, root)
     train = trains.get(name)
-    row = {"run": name, "policy": policy_of(info.meta), **{key: state.shown(info.setup.get(key))
-                                                           for key in state.CONFIG_KEYS}}
+    # The head by name: two heads of one loss (a shipped one, one over a draft vocabulary) are told apart.
+    row = {"run": name, "policy": policy_of(info.meta), "head": head_of(info.meta),
+           **{key: state.shown(info.setup.get(key)) for key in state.CONFIG_KEYS}}
     if train is not None:
         tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
         row["steps"] = len(train)
@@ -52,8 +53,8 @@ first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in su
 summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
 # What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
-same = {c: summary[c].iloc[0] for c in summary.columns
-        if c in ("policy", *state.CONFIG_KEYS) and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
+same = {c: summary[c].iloc[0] for c in summary.columns if c in ("policy", "head", *state.CONFIG_KEYS)
+        and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
 said = {c: v for c, v in same.items() if v != state.MISSING}  # runs that all do not say: nothing to say
 if said:
     st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in said.items()))
