@@ -42,7 +42,8 @@ BENCHMARKS = {
 
 
 # Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
-FIELD_FLAGS = {"gen_dtype": "dtype", "autocast": "dtype", "init_head": "init", "run_dir": "run_dir"}
+FIELD_FLAGS = {"gen_dtype": "dtype", "autocast": "dtype", "init_head": "init", "run_dir": "run_dir",
+               "prompts_per_step": "prompts", "group_size": "group"}
 
 
 def _add(subparsers, name: str, module: str, help_text: str) -> None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bebop.models.transformer import Transformer
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "default"
+DEFAULT_NAME = "default"  # what a run calls the embedded default (a job run without --policy; load_default())
 HEADS_DIR = DEFAULT_DIR / "heads"
 REQUIRED_HEADS = ("ce", "e2e_tv")
 
@@ -71,4 +72,8 @@ def load_default(*, dtype: torch.dtype | str | None = None, device: torch.device
     if missing:
         raise FileNotFoundError(f"{root / 'heads'} lacks the heads {missing}; train them with `bebop train-mtp`")
     heads = {n: load_head(root / "heads" / n, model.config, dtype=dtype, device=device) for n in names}
+    if path is None:  # the names a job gives them (bebop.policy), for the runs they make
+        model.name_or_path = DEFAULT_NAME
+        for name, head in heads.items():
+            head.name_or_path = name
     return PolicyBundle(model=model, tokenizer=load_tokenizer(root), heads=heads, path=root)

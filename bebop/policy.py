@@ -21,13 +21,17 @@ A head spec is tried in this order, the first match wins:
                unless POLICY/heads has a head of that name
 A wrong spec gets one line listing the heads the policy has; a head built for another backbone, one line naming
 both shapes (`load_head`). The CLIs import this module for their help text, so torch loads only with a policy.
+
+A loaded policy and its heads carry the names the job was given (`name_or_path`: "smollm2", not the cache directory;
+"default" for the embedded default) and the policy its weights' hash, so every run can say what made it: `run_meta`
+is meta.json's `policy` and `head` keys (docs/runs.md), which every job writes.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,6 +111,7 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
           ) -> tuple[Transformer, Tokenizer, Path, MTPHead | None]:
     """(model, tokenizer, the directory its files and heads/ are in, its stored head or None)."""
     from bebop.data.tokenizer import load_tokenizer
+    from bebop.default import DEFAULT_NAME
     from bebop.models.checkpoint import load_pretrained, resolve_checkpoint_dir
 
     where = check_policy(policy)
@@ -115,6 +120,7 @@ def _load(policy: str | os.PathLike | None, dtype: torch.dtype | None
     root = where if isinstance(where, Path) else resolve_checkpoint_dir(where)
     tokenizer = load_tokenizer(root)  # first: a missing tokenizer is found before the weights load
     model, stored = load_pretrained(root, dtype=dtype)
+    model.name_or_path = DEFAULT_NAME if policy is None else str(policy)  # as given, not the directory it resolved to
     return model, tokenizer, root, stored
 
 
@@ -176,19 +182,22 @@ def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stor
     from bebop.models.checkpoint import load_head
 
     names = shipped_heads(Path(root))
-    if spec in names:
-        return load_head(Path(root) / "heads" / spec, model.config, dtype=dtype)
-    if spec == LOOKUP:
+    if spec == LOOKUP and spec not in names:
         from bebop.engine.lookup import PromptLookup
 
         return PromptLookup()
-    if stored is not None and spec in (EMBEDDED, stored.objective):
-        return stored if dtype is None else stored.to(dtype)
-    if not Path(spec).expanduser().is_dir():
+    if spec in names:
+        head = load_head(Path(root) / "heads" / spec, model.config, dtype=dtype)
+    elif stored is not None and spec in (EMBEDDED, stored.objective):
+        head = stored if dtype is None else stored.to(dtype)
+    elif Path(spec).expanduser().is_dir():
+        head = load_head(Path(spec).expanduser(), model.config, dtype=dtype)
+    else:
         raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {Path(root) / 'heads'} ({names}) "
                                 f"nor its checkpoint's ({_embedded_note(stored)}); --head / --heads take one of those "
                                 "or a save_head directory")
-    return load_head(Path(spec).expanduser(), model.config, dtype=dtype)
+    head.name_or_path = spec  # as given: "e2e_tv", not POLICY/heads/e2e_tv
+    return head
 
 
 def _embedded_note(stored: MTPHead | None) -> str:
@@ -215,3 +224,29 @@ def resolve_heads(specs: Sequence[str], model: Transformer, *, root: str | os.Pa
         raise ValueError(f"heads labelled {repeated} more than once: name them apart with LABEL=HEAD")
     return {label: resolve_head(spec.partition("=")[2] if "=" in spec else spec, model, root, stored=stored,
                                 dtype=dtype) for label, spec in zip(labels, specs)}
+
+
+# ---- what made a run: meta.json's `policy` and `head` keys (docs/runs.md) -----------------------------------------
+def run_meta(model: Transformer, heads: Iterable[MTPHead | PromptLookup], *, dtype: torch.dtype) -> dict:
+    """meta.json's `policy` and `head` for a run of `model` in `dtype` drafting with `heads`: none (plain decoding)
+    is null, one its record, several (eval-mtp's) the list of their records."""
+    records = [head_meta(head) for head in heads]
+    return {"policy": policy_meta(model, dtype=dtype), "head": records[0] if len(records) == 1 else records or None}
+
+
+def policy_meta(model: Transformer, *, dtype: torch.dtype) -> dict:
+    """The policy a run ran: the name or path it was loaded by, the sha256 of its weights' files (None for a model
+    built in memory: see `Transformer.name_or_path`), the dtype the run computed in, its parameter count."""
+    return {"name": model.name_or_path, "hash": model.weights_hash, "dtype": str(dtype).removeprefix("torch."),
+            "parameters": model.num_parameters()}
+
+
+def head_meta(head: MTPHead | PromptLookup) -> dict:
+    """A head a run drafted with: the spec or directory it was loaded by, its training loss, trained depth and
+    draft vocabulary size (None: the whole vocabulary); prompt lookup has no weights and none of these."""
+    from bebop.engine.lookup import PromptLookup
+
+    if isinstance(head, PromptLookup):
+        return {"name": LOOKUP, "kind": "lookup", "objective": None, "depth": None, "draft_vocab": None}
+    return {"name": head.name_or_path, "kind": "mtp", "objective": head.objective, "depth": head.trained_depth,
+            "draft_vocab": None if head.draft_ids is None else head.draft_size}

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # name -> the CLI arguments after `python -m bebop`; `--out` / `--run-dir` is added below
 COMMANDS = {
-    "rl-rs": ["rl", "--preset", "quick", "--steps", "1", "--no-progress"],
+    "rl-rs": ["rl", "--preset", "quick", "--steps", "1", "--gamma", "3", "--no-progress"],  # every step drafts
     "rl-plain": ["rl", "--preset", "quick", "--steps", "1", "--rollout", "none", "--no-progress"],
     "train-mtp": ["train-mtp", "--tiny"],
     "eval-mtp": ["eval-mtp", "--heads", "ce", "e2e_tv", "--methods", "to", "rs", "--temperatures", "0.7", "1.3",

@@ -17,6 +17,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from bebop import speedup  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
+from bebop.default import DEFAULT_DIR, load_default  # noqa: E402
+from bebop.models.checkpoint import weights_hash  # noqa: E402
 from bebop.rl.synthetic import SyntheticConfig, SyntheticRun, write_synthetic_run  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
 
@@ -343,6 +345,10 @@ def test_real_runs_show_their_setup(real_root, monkeypatch):
 def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain", "train-mtp", "eval-mtp"]), page)
     assert not at.exception, at.exception
+    # every page says what made its runs: the embedded default, by name, size, dtype and its weights' hash; the head
+    made = _texts(at.caption)
+    assert f"policy default ({load_default().model.num_parameters() / 1e6:.1f}M parameters, " in made
+    assert f"weights {weights_hash(DEFAULT_DIR)[:8]}) · head e2e_tv (e2e_tv loss, trained depth " in made
     charts = _charts(at)
     if page in ("live", "speed", "metrics"):
         lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
@@ -356,6 +362,7 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     if page == "compare":
         summary = at.dataframe[0].value
         assert summary.loc[summary["run"] == "rl-rs", "mtp_objective"].item() == "e2e_tv"
+        assert "All these runs: policy default" in made and "policy" not in summary.columns  # said once, above
         assert {"eval-mtp · ce rs", "eval-mtp · e2e_tv to"} <= set(summary["series"].dropna())
     if page == "mtp":
         titles = {c["layout"]["title"]["text"] for c in charts}
@@ -368,6 +375,79 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     if page == "metrics":
         titles = {c["layout"]["title"]["text"] for c in charts}
         assert {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean"} <= titles
+
+
+def test_the_runs_table_names_each_runs_policy_and_head(real_root, monkeypatch):
+    table = _app(real_root, monkeypatch, None).dataframe[0].value.set_index("run")
+    assert set(table["policy"]) == {"default"}
+    assert dict(table["head"]) == {"rl-rs": "e2e_tv", "rl-plain": "none", "train-mtp": "e2e_tv",
+                                   "eval-mtp": "ce, e2e_tv"}  # train-mtp's head: no --out, named by its loss
+
+
+SMOL = {"policy": {"name": "smollm2", "hash": "6b54f4a2" * 8, "dtype": "bfloat16", "parameters": 134515008},
+        "head": {"name": "e2e_tv", "kind": "mtp", "objective": "e2e_tv", "depth": 5, "draft_vocab": 8192}}
+SMOL_LINE = ("policy smollm2 (134.5M parameters, bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv loss, trained "
+             "depth 5, draft vocabulary 8,192)")
+
+
+@pytest.fixture(scope="module")
+def smol_root(real_root, root, tmp_path_factory) -> Path:
+    """A SmolLM2 RL run and its head's train-mtp run (real runs whose meta.json says so), beside a run from before
+    runs recorded what made them (synthetic: no `policy`, no `head`)."""
+    runs = tmp_path_factory.mktemp("smol") / "runs"
+    for name, real in (("smol-rs", "rl-rs"), ("smol-mtp", "train-mtp")):
+        shutil.copytree(real_root / real, runs / name)
+        meta = json.loads((runs / name / "meta.json").read_text())
+        (runs / name / "meta.json").write_text(json.dumps({**meta, **SMOL}))
+    shutil.copytree(root / "rs-tv", runs / "old-tiny")
+    return runs
+
+
+@pytest.mark.parametrize("page", ("runs", *PAGES, "mtp", "metrics"))
+def test_every_page_names_the_policy_and_head_of_its_runs(smol_root, monkeypatch, page):
+    """A SmolLM2 run never passes for a tiny-model one: each page names its runs' policy (size, dtype, weights) and
+    head (loss, depth, draft vocabulary); a run that predates those keys reads as a dash, and nothing breaks."""
+    at = _app(smol_root, monkeypatch, ["smol-rs", "smol-mtp", "old-tiny"])
+    at = at if page == "runs" else _page(at, page)
+    assert not at.exception, at.exception
+    made = _texts(at.caption)
+    assert f": {SMOL_LINE}" in made, made
+    if page not in ("samples", "mtp"):  # pages of one run (the first with samples) or of MTP runs only
+        assert "`old-tiny`: policy —" in made
+    if page == "runs":
+        table = at.dataframe[0].value.set_index("run")
+        assert dict(table["policy"]) == {"smol-rs": "smollm2", "smol-mtp": "smollm2", "old-tiny": "—"}
+        assert dict(table["head"]) == {"smol-rs": "e2e_tv", "smol-mtp": "e2e_tv", "old-tiny": "—"}
+    if page == "compare":  # the runs' policies and heads differ: columns, not a line above the table
+        summary = at.dataframe[0].value.set_index("run")
+        assert tuple(summary.loc["smol-rs", ["policy", "head"]]) == ("smollm2", "e2e_tv")
+        assert tuple(summary.loc["old-tiny", ["policy", "head"]]) == ("—", "—")
+
+
+def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch, tmp_path):
+    """An alert per run that raised warnings (the latest three, with their steps) on the Runs and Live pages, and
+    their count in the Runs table; a run without warnings gets neither."""
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "rs-tv", runs / "quiet")
+    shutil.copytree(root / "rs-tv", runs / "stuck")
+    writer = RunWriter(runs / "stuck", {}, kind="rl", resume=True)
+    writer.warn("none of the run's first 16 prompt groups had completions that scored differently", source="no_signal",
+                step=3)
+    for step in (6, 9, 13):
+        writer.warn(f"draft-health alarm {step}: the draft no longer matches the policy", source="draft_health",
+                    step=step)
+    writer.close()
+    at = _app(runs, monkeypatch, ["stuck", "quiet"])
+    assert not at.exception
+    alerts = [a.value for a in at.warning]
+    assert len(alerts) == 1
+    assert alerts[0].startswith("`stuck` raised 4 warnings (the latest 3; all in its warnings.jsonl):")
+    assert "step 13: draft-health alarm 13" in alerts[0] and "step 6: draft-health alarm 6" in alerts[0]
+    assert "prompt groups" not in alerts[0]  # the oldest is left to warnings.jsonl
+    table = at.dataframe[0].value.set_index("run")
+    assert (table.loc["stuck", "warnings"], table.loc["quiet", "warnings"]) == ("4", "—")
+    live = _page(at, "live")
+    assert not live.exception and [a.value for a in live.warning] == alerts
 
 
 def test_speed_prediction_comes_from_the_logged_step_costs(real_root, monkeypatch):
@@ -409,6 +489,9 @@ def test_speed_page_pairs_the_demo_runs_and_prints_its_ratios(monkeypatch):
     # rows32 over rows32, rows4 over rows4; the runs' folder named once above the table, which then fits the page
     assert dict(table["plain_run"]) == {"rows32-mtp-rs-e2e_tv": "rows32-no-mtp", "rows4-mtp-rs-e2e_tv": "rows4-no-mtp"}
     assert f"Runs in `{folder.name}/`" in _texts(at.caption)
+    made = _texts(at.caption)  # what made them, by the names the table gives them
+    assert "`rows32-mtp-rs-e2e_tv`, `rows4-mtp-rs-e2e_tv`: policy default (" in made
+    assert f"`{folder.name}/rows" not in made
     for rows, run in (("32", "rows32-mtp-rs-e2e_tv"), ("4", "rows4-mtp-rs-e2e_tv")):
         shown = tuple(f"{float(table.loc[run, c]):.2f}x" for c in ("predicted", "measured_rollout",
                                                                       "measured_end_to_end"))

@@ -52,7 +52,7 @@ def test_rl_refuses_a_non_empty_out_in_one_line_naming_resume(old_run, no_rl_mod
     before = _snapshot(old_run)
     assert main(["rl", "--out", str(old_run)]) == 2
     line = one_error_line(capsys)
-    assert "--resume" in line and str(old_run) in line
+    assert f"--out {old_run} is not empty: pass --resume" in line
     assert _snapshot(old_run) == before
 
 

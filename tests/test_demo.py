@@ -46,6 +46,7 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
     assert [line.split()[1] for line in speed.splitlines() if line.split()[1:2] in (["4"], ["2"])] == ["4", "2"]
     assert "median over steady steps" in " ".join(out.split()) and "Why they differ" in out
     assert "bebop dashboard --runs" in out and "accept length" in out and "--self-draft" in out
+    assert f"(policy {policy_dir}, e2e_tv head, frozen)" in " ".join(out.split())  # what made the runs
     assert "γ=auto chose γ=" in out and " at 4 rows" in out and " at 2 rows" in out  # the depth of each regime
     runs = list_runs(tmp_path / "runs")
     assert sorted(r.path.name for r in runs) == RUN_NAMES

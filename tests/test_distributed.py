@@ -93,6 +93,20 @@ def test_prompts_that_do_not_split_over_the_ranks_are_one_error_line():
         check_world(8, 3)
 
 
+def test_ranks_that_logged_other_depths_and_bins_combine(monkeypatch):
+    """Under γ auto each rank's engine chooses its own depths, and a rank logs only the entropy bins it filled: a
+    counter one rank lacks is a 0 there, not a KeyError that stops the run."""
+    ranks = [({"step": 3, "spec/num_gamma_chosen/2": 5, "spec/by_entropy/0/num_draft_tokens": 4, "actor/entropy": 1.0,
+               "timing_s/gen": 2.0}, [1.0], 10),
+             ({"step": 3, "spec/num_gamma_chosen/3": 7, "engine/cost/12/3/steps": 2, "actor/entropy": 2.0,
+               "timing_s/gen": 3.0}, [0.0], 30)]
+    monkeypatch.setattr(distributed, "all_gather_object", lambda obj: ranks)
+    out = combine_records(ranks[0][0], torch.ones(1), 10)
+    assert out["spec/num_gamma_chosen/2"] == 5 and out["spec/num_gamma_chosen/3"] == 7
+    assert out["spec/by_entropy/0/num_draft_tokens"] == 4 and out["engine/cost/12/3/steps"] == 2
+    assert (out["step"], out["actor/entropy"], out["timing_s/gen"], out["critic/score/mean"]) == (3, 1.75, 3.0, 0.5)
+
+
 def test_one_process_is_world_one_and_helpers_are_the_identity():
     assert not distributed.active() and distributed.world() == 1 and distributed.is_main()
     record = {"step": 0, "actor/loss": 0.5}
@@ -150,7 +164,8 @@ def check_knobs(one: dict, two: dict) -> None:
 
 def test_rl_on_two_ranks_logs_each_step_once_and_checkpoints(tmp_path):
     out = tmp_path / "run"
-    torchrun("-m", "bebop", "rl", "--preset", "quick", "--steps", "2", "--out", str(out), "--no-progress")
+    torchrun("-m", "bebop", "rl", "--preset", "quick", "--steps", "2", "--gamma", "3", "--out", str(out),
+             "--no-progress")  # a static γ: every step drafts
     assert steps_of(out / "train.jsonl") == [0, 1]
     assert set(steps_of(out / "samples.jsonl")) == {0, 1}
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "meta.json", "samples.jsonl", "status.json",

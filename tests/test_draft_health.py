@@ -12,6 +12,7 @@ from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.rl import RLConfig, Trainer, build_trainer
 from bebop.rl.draft_health import DraftHealth, HealthConfig
+from bebop.runlog import load_run
 
 
 def _step_counters(generator: torch.Generator, *, entropy_shift: float = 0.0, mismatch: float = 0.0,
@@ -42,8 +43,8 @@ def test_a_draft_that_parts_from_the_policy_raises_the_alarm_and_names_the_misma
     generator, health = torch.Generator().manual_seed(1), DraftHealth(HealthConfig(fit_steps=4))
     for _ in range(4):
         health.check(_step_counters(generator))
-    with pytest.warns(UserWarning, match="mismatch term"):
-        bad = health.check(_step_counters(generator, mismatch=0.4))
+    bad = health.check(_step_counters(generator, mismatch=0.4))
+    assert "mismatch term" in bad["draft_health/warning"]
     assert bad["draft_health/alarm"] == 1.0 and bad["draft_health/residual_hi"] < 0
     assert bad["draft_health/mismatch_part"] < -0.25 and abs(bad["draft_health/entropy_part"]) < 0.05
 
@@ -70,8 +71,8 @@ def test_vllm_counters_without_entropy_bins_get_the_same_alarm():
     assert sum(r["draft_health/alarm"] for r in healthy) <= 1
     # the mean residual's standard error: the reference's (4 x 64 drafts) and the 20 steps' (binomial), ~0.033
     assert abs(sum(r["draft_health/residual"] for r in healthy) / 20) < 0.1
-    with pytest.warns(UserWarning, match="mismatch term"):
-        bad = health.check(_vllm_step_counters(generator, mismatch=0.4))
+    bad = health.check(_vllm_step_counters(generator, mismatch=0.4))
+    assert "mismatch term" in bad["draft_health/warning"]
     assert bad["draft_health/alarm"] == 1.0 and bad["draft_health/mismatch_part"] < -0.25
 
 
@@ -121,7 +122,7 @@ def corrupting(trainer: Trainer, at: int = CORRUPT_AT) -> Trainer:
     return trainer
 
 
-def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before(tmp_path):
+def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before(tmp_path, capsys):
     from test_rl import MODEL, Digits
 
     tok = CharTokenizer()
@@ -138,3 +139,8 @@ def test_a_head_corrupted_mid_run_is_flagged_after_the_corruption_and_not_before
     after = records[CORRUPT_AT + 1]
     assert "mismatch term" in after["draft_health/warning"]
     assert after["draft_health/measured"] < records[CORRUPT_AT]["draft_health/measured"] - 0.3
+    # The run's warnings: the alarm once, where it started (the train stream holds every alarmed step), on stderr once
+    warned = load_run(tmp_path / "run").streams["warnings"].to_dict("records")
+    assert [(w["step"], w["source"]) for w in warned] == [(CORRUPT_AT + 1, "draft_health")]
+    assert warned[0]["message"] == after["draft_health/warning"]
+    assert capsys.readouterr().err.count("mismatch term") == 1

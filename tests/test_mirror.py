@@ -41,6 +41,7 @@ def test_scalars_keep_the_run_names_and_add_the_step_rates():
                                                                                       "mtp/eval/d_tv_mean": 0.5}
     assert scalars("samples", {"step": 0, "reward": 1.0}) == {}
     assert scalars("shadow", {"step": 0, "head": "ce", "rule": "rs", "accept_length": 3.0}) == {}
+    assert scalars("warnings", {"step": 0, "source": "no_signal", "message": "...", "time": 1.7e9}) == {}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed")

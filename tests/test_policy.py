@@ -141,7 +141,8 @@ def test_demo_takes_any_policy_and_head(policies, tmp_path, capsys):
                               "--group", "2", "--max-new-tokens", "8", "--out", str(tmp_path), "--threads", "1"])
     assert demo.run(args) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps to the table
-    assert f"({EMBEDDED} head, frozen)" in out and re.search(r"wall time: \d+ min \d+ s", out)
+    assert f"(policy {policies['full']}, {EMBEDDED} head, frozen)" in out  # the table's title names both
+    assert re.search(r"wall time: \d+ min \d+ s", out)
     assert re.search(r"groups with a reward signal +│ +\d+% +│ +\d+%", out)
     assert sorted(p.name for p in next(tmp_path.iterdir()).iterdir()) == [f"rows2-mtp-rs-{EMBEDDED}", "rows2-no-mtp"]
 
@@ -204,4 +205,5 @@ def test_rl_runs_with_the_embedded_head_of_a_random_policy(policies, tmp_path):
     assert main(["rl", "--out", str(run), "--policy", str(policies["full"]), "--head", EMBEDDED, "--steps", "1",
                  "--no-progress", "--threads", "1"]) == 0
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["head"] == EMBEDDED
+    assert (meta["head"]["name"], meta["head"]["objective"]) == (EMBEDDED, "ce")  # the spec as given, the stored loss
+    assert meta["policy"]["name"] == str(policies["full"])

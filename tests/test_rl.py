@@ -33,7 +33,7 @@ from bebop.rl import OnlineMTP, RLConfig, build_trainer
 from bebop.rl.batch import Rollouts, align, sample_examples
 from bebop.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from bebop.rl.shared_prompt import micro_batches, prompt_groups
-from bebop.rl.trainer import SILENT_GROUPS
+from bebop.rl.alerts import SILENT_GROUPS
 from bebop.runlog import load_run
 
 
@@ -305,18 +305,23 @@ class Unsolvable(Digits):
         return [0.0] * len(completions)
 
 
-def test_a_run_without_reward_signal_says_so_once(pair, tok, tmp_path):
-    """Warned once, when the run's first SILENT_GROUPS groups all scored alike; fewer such groups are ordinary GRPO."""
+def test_a_run_without_reward_signal_says_so_once(pair, tok, tmp_path, capsys):
+    """Warned once, when the run's first SILENT_GROUPS groups all scored alike, into the run's warnings and on stderr
+    as one clean line (no Python warning glued to a progress bar); fewer such groups are ordinary GRPO."""
     model, head = pair
     few = RLConfig.tiny(prompts_per_step=2, group_size=2, max_new_tokens=8, steps=2)  # 4 groups in all
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        records = build_trainer(few, model, tok, head=head, run_dir=tmp_path / "few", task=Unsolvable()).run()
+    records = build_trainer(few, model, tok, head=head, run_dir=tmp_path / "few", task=Unsolvable()).run()
     assert [r["critic/groups_with_signal"] for r in records] == [0.0, 0.0]
+    assert "warnings" not in load_run(tmp_path / "few").streams and capsys.readouterr().err == ""
     many = RLConfig.tiny(prompts_per_step=SILENT_GROUPS // 2, group_size=2, max_new_tokens=8, steps=3)
-    with pytest.warns(UserWarning, match=f"none of the run's first {SILENT_GROUPS} groups") as caught:
-        build_trainer(many, model, tok, head=head, run_dir=tmp_path / "many", task=Unsolvable()).run()
-    assert sum("scored differently" in str(w.message) for w in caught) == 1  # once per run, not every step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no Python warning: the run's own record and one line say it
+        build_trainer(many, model, tok, head=head, run_dir=tmp_path / "many", task=Unsolvable()).run(progress=True)
+    warned = load_run(tmp_path / "many").streams["warnings"]
+    assert list(warned["step"]) == [1] and list(warned["source"]) == ["no_signal"]  # once per run, not every step
+    assert f"none of the run's first {SILENT_GROUPS} prompt groups" in warned["message"][0]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "scored differently" in line]
+    assert len(lines) == 1 and lines[0].lstrip("\r ").startswith("bebop: warning (many, step 1): none of")
 
 
 def test_align_masks_prompt_padding_and_env_tokens():
@@ -530,7 +535,8 @@ def test_cli_runs_and_resumes_from_a_policy_directory(policy_dir, tmp_path, caps
     assert cli.run(parser.parse_args(argv[:5] + ["3"] + argv[6:] + ["--resume"])) == 0
     run = load_run(tmp_path / "run")
     assert list(run.streams["train"]["step"]) == [0, 1, 2]
-    assert run.meta["config"]["task"] == "agent" and run.meta["head"] == "e2e_tv"
+    assert run.meta["config"]["task"] == "agent" and run.meta["head"]["name"] == "e2e_tv"
+    assert run.meta["policy"]["name"] == str(policy_dir) and len(run.meta["resumes"]) == 1  # kept on resume
     assert f"bebop dashboard --runs {tmp_path}" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="--head"):
         cli.run(parser.parse_args(["--policy", str(policy_dir), "--out", str(tmp_path / "r2"), "--head", "nope"]))

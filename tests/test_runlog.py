@@ -179,6 +179,37 @@ def test_rewind_to_an_older_checkpoint(tmp_path):
     assert list(run.streams["samples"]["step"]) == list(range(7))
 
 
+def test_a_warning_is_written_to_the_run_and_printed_once(tmp_path, capsys):
+    """`warn` appends to the warnings stream (which list_runs and load_run read back), prints one line on stderr, and
+    a resume from an older checkpoint drops the warnings of the steps it redoes, as it drops their records."""
+    w = RunWriter(tmp_path / "run", {}, kind="rl", name="mine")
+    for step in range(4):
+        w.log("train", {"step": step})
+        if step in (1, 3):
+            w.warn(f"trouble at {step}", source="test", step=step)
+    assert capsys.readouterr().err.splitlines() == ["bebop: warning (mine, step 1): trouble at 1",
+                                                    "bebop: warning (mine, step 3): trouble at 3"]
+    w.close()
+    [info] = list_runs(tmp_path)
+    assert [(r["step"], r["source"], r["message"]) for r in info.warnings] == [(1, "test", "trouble at 1"),
+                                                                              (3, "test", "trouble at 3")]
+    resumed = RunWriter(tmp_path / "run", {}, kind="rl", resume=True)
+    resumed.rewind(2)
+    resumed.close()
+    assert list(load_run(tmp_path / "run").streams["warnings"]["message"]) == ["trouble at 1"]
+    with RunWriter(tmp_path / "eval", {}, kind="eval-mtp") as other:  # a job without steps
+        other.warn("no steps here", source="test")
+    assert [r.get("step") for r in load_run(tmp_path / "eval").streams["warnings"].to_dict("records")] == [None]
+    assert capsys.readouterr().err == "bebop: warning (eval): no steps here\n"
+
+
+def test_meta_learnt_after_the_start_is_merged_in(tmp_path):
+    with RunWriter(tmp_path / "run", {}, kind="train-mtp", meta_extra={"policy": {"name": "default"}}) as w:
+        w.update_meta(head={"name": "H", "draft_vocab": 64})
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["policy"] == {"name": "default"} and meta["head"] == {"name": "H", "draft_vocab": 64}
+
+
 def test_never_clobbers_an_existing_run(tmp_path):
     w = RunWriter(tmp_path / "run", {})
     w.log("train", {"step": 0})

@@ -21,7 +21,7 @@ import streamlit as st
 
 from bebop import metrics, plots, speedup
 from bebop.runlog import Run, RunInfo, list_runs, load_run
-from bebop.runlog.setup import SETUP_KEYS
+from bebop.runlog.setup import SETUP_KEYS, head_of, made_by, policy_of
 
 DEFAULT_ROOT = "runs"
 CONFIG_KEYS = SETUP_KEYS  # meta.json's setup keys, what every table shows about a run (docs/runs.md)
@@ -35,7 +35,8 @@ TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "
           "measured_end_to_end": "whole step, measured", "measured_rollout": "generation, measured",
           "predicted": "generation, predicted", "tokens_per_row_step": "tokens / row-step",
           "step_cost": "step cost (plain steps)", "note": "note", "n": "points", "intercept": "intercept",
-          "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message"}
+          "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message", "policy": "policy",
+          "head": "head", "warnings": "warnings"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 _COLORS = "_bebop_colors"  # session key: {run label: colour}
@@ -225,7 +226,8 @@ def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
     rows = []
     for info in infos:
         row = {"run": label(info, root), "state": info.state,
-               "kind": info.kind + (" (synthetic)" if info.meta.get("synthetic") else ""), "step": info.step}
+               "kind": info.kind + (" (synthetic)" if info.meta.get("synthetic") else ""), "step": info.step,
+               "policy": policy_of(info.meta), "head": head_of(info.meta), "warnings": len(info.warnings) or None}
         row.update({key: shown(info.setup.get(key)) for key in CONFIG_KEYS})
         row["created"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created)) if info.created else None
         # Only a run still writing has a heartbeat worth reading; a finished run's age only says when it ended.
@@ -234,6 +236,34 @@ def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
         row["message"] = info.message
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def note_made_by(named: Mapping[str, Mapping]) -> None:
+    """Which policy and head made each run ({label: meta.json}), one line per distinct pair: a SmolLM2 run never
+    passes for a tiny-model run."""
+    lines: dict[str, list[str]] = {}
+    _, names = one_folder(named)  # the demo's runs by their own names, as the tables below name them
+    for name, meta in zip(names, named.values()):
+        lines.setdefault(made_by(meta), []).append(name)
+    for text, names in lines.items():
+        st.caption(f":material/memory: {', '.join(f'`{n}`' for n in names)}: {text}")
+
+
+def show_warnings(named: Mapping[str, list[Mapping]], shown: int = 3) -> None:
+    """One alert per run that raised warnings ({label: its `warnings` records}): how many, and the latest `shown`
+    with their steps."""
+    for name, records in named.items():
+        if not records:
+            continue
+        lines = [f"- {_at_step(r.get('step'))}{r.get('message', '')}" for r in records[-shown:]]
+        earlier = len(records) - len(lines)
+        st.warning(f"`{name}` raised {len(records)} warning{'s' * (len(records) > 1)}"
+                   + (f" (the latest {len(lines)}; all in its warnings.jsonl)" if earlier else "") + ":\n"
+                   + "\n".join(lines), icon=":material/warning:")
+
+
+def _at_step(step: Any) -> str:
+    return f"step {int(step)}: " if _is_number(step) and not np.isnan(step) else ""
 
 
 def spec_gaps(trains: Mapping[str, pd.DataFrame]) -> dict[str, list[str]]:
@@ -266,6 +296,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def one_folder(labels: Iterable[Any]) -> tuple[str, list[str]]:
+    """(their folder, the runs' names within it) for run labels all in one folder (the demo's four), else ("", the
+    labels)."""
+    labels = [str(label) for label in labels]
+    folders = {label.rpartition("/")[0] for label in labels}
+    if len(folders) == 1 and (folder := folders.pop()):
+        return folder, [label.rpartition("/")[2] for label in labels]
+    return "", labels
+
+
 def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
                helps: Mapping[str, str] | None = None) -> None:
     """A table as users read it: readable titles, numbers formatted (`formats`: printf patterns by column, else 4
@@ -273,10 +313,10 @@ def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
     (γ: 3 and "auto", which Arrow cannot serialise as one) is shown as text, right-aligned where it holds numbers."""
     table, config = table.reset_index(drop=True), {}
     if "run" in table.columns:  # runs of one folder (the demo's four): its name once, above, and the table fits
-        folders = {str(run).rpartition("/")[0] for run in table["run"]}
-        if len(folders) == 1 and (folder := folders.pop()):
+        folder, names = one_folder(table["run"])
+        if folder:
             st.caption(f"Runs in `{folder}/`")
-            table["run"] = [str(run).rpartition("/")[2] for run in table["run"]]
+            table["run"] = names
     for column in table.columns:
         values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
         present = [v for v in values if not _missing(v)]

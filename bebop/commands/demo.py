@@ -124,14 +124,14 @@ def _fmt(value: float, pattern: str = "{:.2f}") -> str:
     return "-" if value is None or math.isnan(value) else pattern.format(value)
 
 
-def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: float) -> None:
+def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: float, policy: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from bebop.speedup import STATISTIC
 
     console = Console()
-    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + RS ({head} head, frozen)")
+    table = Table(title=f"GRPO, same seed: plain decoding vs MTP + RS (policy {policy}, {head} head, frozen)")
     table.add_column("")
     for r in regimes:
         table.add_column(f"{r['rows']} rows\nno MTP", justify="right")
@@ -190,5 +190,5 @@ def run(args: argparse.Namespace) -> int:
             records.append(run_once(policy, config.replace(method=rollout), head, run_dir))
             dirs.append(run_dir)
         regimes.append(regime(*records, config.batch_size))
-    print_summary(regimes, dirs, label, time.perf_counter() - started)
+    print_summary(regimes, dirs, label, time.perf_counter() - started, policy=str(policy.model.name_or_path))
     return 0

@@ -44,7 +44,7 @@ from bebop.heads.evaluate import (
     write_tables,
 )
 from bebop.metrics import rate_difference_interval, rate_interval
-from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads
+from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads, run_meta
 from bebop.runlog import RunWriter
 
 
@@ -187,11 +187,13 @@ def run(args: argparse.Namespace) -> int:
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     torch.set_num_threads(config.threads)
-    policy = load_policy_heads(args.policy, config.heads, dtype=resolve_dtype(config.dtype, device), device=device)
+    dtype = resolve_dtype(config.dtype, device)
+    policy = load_policy_heads(args.policy, config.heads, dtype=dtype, device=device)
     model, tokenizer = policy.model, policy.tokenizer
     run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
-    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)},
-                   kind="eval-mtp", meta_extra=eval_setup(config, policy.heads)) as writer:
+    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)}, kind="eval-mtp",
+                   meta_extra={**eval_setup(config, policy.heads),
+                               **run_meta(model, policy.heads.values(), dtype=dtype)}) as writer:
         rows = sweep(model, tokenizer, policy.heads, config, writer, tasks=tasks)
         fits = fit_slopes(rows)
         write_tables(run_dir, rows, fits)

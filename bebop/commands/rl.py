@@ -18,10 +18,13 @@ specs as `--head` does, each optionally `LABEL=` and `online-tv:` / `online-ce:`
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
 from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.outputs import check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
 from bebop.device import resolve_device
@@ -65,10 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_preset_default('seed')}")
     parser.add_argument("--lr", type=float, default=None,
                         help=f"the policy's AdamW learning rate; {_preset_default('lr')}")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help=f"prompts per step; {_preset_default('prompts_per_step')}")
+    parser.add_argument("--group", type=int, default=None,
+                        help=f"completions per prompt (GRPO compares within a group); {_preset_default('group_size')}")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"tokens per completion; {_preset_default('max_new_tokens')}")
     parser.add_argument("--gamma", type=gamma_arg, default=None,
-                        help=f"draft depth γ of TO/RS rollouts and of the online head's loss, or 'auto': the engine "
-                             f"chooses each step's γ in 0..--max-gamma from measured acceptance and step costs; "
-                             f"{_preset_default('gamma')}")
+                        help="draft depth γ of TO/RS rollouts and of the online head's loss, or 'auto': the engine "
+                             "chooses each step's γ in 0..--max-gamma from measured acceptance and step costs "
+                             f"(default: auto; with --backend vllm, which fixes γ at start, {RLConfig.gamma})")
     parser.add_argument("--max-gamma", type=int, default=None,
                         help=f"with --gamma auto, the deepest draft; {_preset_default('max_gamma')}")
     parser.add_argument("--threads", type=int, default=None,
@@ -107,14 +116,21 @@ def add_entropy_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"with --entropy-target, the {what} coefficient (default: {default}, TRL's)")
 
 
+# Flags that set the RLConfig field of another name.
+SIZE_FLAGS = {"prompts": "prompts_per_step", "group": "group_size"}
+
+
 def config_from_args(args: argparse.Namespace) -> RLConfig:
     names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every",
+             "max_new_tokens", "prompts", "group",
              "entropy_coef", "entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta")
     adaptive_only = [f"--{k.replace('_', '-')}" for k in names[-3:] if getattr(args, k) is not None]
     if adaptive_only and args.entropy_target is None:
         raise ValueError(f"{', '.join(adaptive_only)} bound or step the adaptive entropy coefficient: pass "
                          "--entropy-target too")
-    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    overrides = {SIZE_FLAGS.get(k, k): getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.gamma is None and args.backend != "vllm":  # vLLM fixes the depth at start: there the field's default
+        overrides["gamma"] = "auto"
     if args.shadow_heads:
         overrides["shadow_heads"] = tuple(args.shadow_heads)
     if args.dtype is not None:
@@ -141,6 +157,7 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
     from bebop import distributed
     from bebop.rl.build import prepare_run
 
+    check_run_dir(args.out, resume=args.resume, flag="--out")  # the library's own check names no flag
     run = prepare_run(config, args.out, resume=args.resume)  # the world, --out, the backend, the task: before loading
     check_policy(args.policy)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
@@ -153,18 +170,31 @@ def _run(args: argparse.Namespace, config: RLConfig) -> int:
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     head_spec = args.head if config.uses_head else None
     model, tokenizer, head, shadow = _load_heads(args.policy, head_spec, config)
-    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, meta_extra={"head": head_spec},
-                          shadow_heads=shadow)
+    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, shadow_heads=shadow)
     records = trainer.run(progress=not args.no_progress and distributed.is_main())
     if not distributed.is_main():
         return 0
     if records:
-        last = records[-1]
-        first = trainer.history[0]
-        print(f"{args.out}: steps {first['step']}-{last['step']}, reward {first['critic/score/mean']:.3f} -> "
-              f"{last['critic/score/mean']:.3f}, step time {last['timing_s/step']:.2f}s")
+        print(closing_line(args.out, records, config, trainer.writer.meta))
     print(watch)
     return 0
+
+
+def closing_line(out: Path, records: list[dict], config: RLConfig, meta: Mapping) -> str:
+    """What `bebop rl` says at its end: the steps, the reward, the rollouts' accept length and γ (under auto, the
+    mean depth the engine chose), the step time (`bebop.speedup.STATISTIC`) and what made the run."""
+    from bebop.rl.compare import summarize
+    from bebop.runlog.setup import head_of, policy_of
+
+    summary, first, last = summarize(records), records[0], records[-1]
+    decoding, made = "plain decoding", f"policy {policy_of(meta)}"
+    if config.uses_head:
+        length = summary.get("accept_length", math.nan)
+        depth = f"γ {config.gamma}" + (f", mean {summary['gamma_mean']:.1f}" if "gamma_mean" in summary else "")
+        decoding = (f"accept length {length:.2f}" if math.isfinite(length) else "nothing drafted") + f" ({depth})"
+        made += f", head {head_of(meta)}"
+    return (f"{out}: steps {first['step']}-{last['step']}, reward {first['critic/score/mean']:.3f} -> "
+            f"{last['critic/score/mean']:.3f}, {decoding}, step time {summary['step_s']:.2f}s (median), {made}")
 
 
 def _load_heads(policy, head_spec: str | None, config: RLConfig):

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from bebop.commands.device_args import device_and_dtype
-    from bebop.policy import load_policy
+    from bebop.policy import load_policy, run_meta
     from bebop.rl.task_sweep import TaskSweepConfig, sweep, sweep_setup, write_table
     from bebop.runlog import RunWriter
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or Path("runs") / f"task-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)
     with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or "default")},
-                   kind="task-sweep", meta_extra=sweep_setup(config)) as writer:
+                   kind="task-sweep", meta_extra={**sweep_setup(config), **run_meta(model, [], dtype=dtype)}) as writer:
         rows = sweep(model, tokenizer, config, writer, log=lambda r: console.log(
             f"{r['task']} T={r['temperature']:g}: reward {r['reward']:.3f} ({r['wall_s']:.0f} s)"))
         write_table(run_dir, rows)

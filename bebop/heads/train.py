@@ -55,7 +55,7 @@ from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.models.gguf import cache_root
 from bebop.play import stop_ids
-from bebop.policy import load_policy
+from bebop.policy import head_meta, load_policy, policy_meta
 from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
 from bebop.runlog.null import NullWriter
@@ -82,6 +82,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
     writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
                        meta_extra={**setup_keys(task=names, rollout=None, mtp_objective=config.objective,
                                                 mtp_strategy=None, gamma=config.depth, mode=None),
+                                   "policy": policy_meta(model, dtype=torch.bfloat16 if use_bf16 else torch.float32),
                                    "device": str(device), "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
     with writer:
         say = _teller(writer, progress and main)
@@ -93,6 +94,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
                                             if main else None, wait=GENERATION_WAIT)
         head, weight, train, held = _prepare(model, tokenizer, tasks, data, config, use_bf16, checkpoint, say)
         head = head.to(device)
+        head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
+        writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         generator = torch.Generator().manual_seed(config.seed)
         start = 0 if checkpoint is None else checkpoints.restore(checkpoint, head, optimizer, generator)

@@ -26,6 +26,7 @@ leaves a truncated file under the real name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import replace
@@ -135,6 +136,33 @@ def _weight_files(path: Path) -> list[Path]:
             raise FileNotFoundError(f"{path / INDEX} names shard files that do not exist: {missing}")
         return [path / s for s in shards]
     raise FileNotFoundError(f"no weights in {path}: expected {WEIGHTS} or {INDEX}")
+
+
+def weights_hash(path_or_hub_id: str | os.PathLike) -> str:
+    """The sha256 of a checkpoint's policy weights: each tensor's name, dtype, shape and bytes, in name order, read
+    from its safetensors files (a head stored beside them under mtp.* left out). It names the weights, not the files
+    that hold them: the same tensors sharded otherwise, or written in another order, hash alike; the same weights at
+    another dtype do not."""
+    tensors = {}
+    for file in _weight_files(resolve_checkpoint_dir(path_or_hub_id)):
+        with open(file, "rb") as f:  # safetensors: an 8-byte header length, the JSON header, then the data
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        tensors.update({name: (file, 8 + size, info) for name, info in header.items()
+                        if name != "__metadata__" and not name.startswith(MTP_PREFIX)})
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        file, data, info = tensors[name]
+        begin, end = info["data_offsets"]
+        digest.update(f"{name} {info['dtype']} {info['shape']}\n".encode())
+        with open(file, "rb") as f:
+            f.seek(data + begin)
+            for offset in range(begin, end, BLOCK_BYTES):
+                chunk = f.read(min(BLOCK_BYTES, end - offset))
+                if not chunk:
+                    raise ValueError(f"{file} ends inside tensor {name}")
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -265,6 +293,8 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
         _materialise(mtp, dtype)
         _fill(mtp, head_index)
         mtp.use_draft_vocab(draft_ids)
+        mtp.name_or_path = str(path_or_hub_id)
+    model.name_or_path, model.weights_hash = str(path_or_hub_id), weights_hash(path)
     return model.to(device).eval(), (mtp.to(device).eval() if head_index else None)
 
 
@@ -304,4 +334,5 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
     _check_names(mtp, index, f"head {path}", set())
     _materialise(mtp, dtype)
     _fill(mtp, index)
+    mtp.name_or_path = str(path)
     return mtp.use_draft_vocab(draft_ids).to(device).eval()

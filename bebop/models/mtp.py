@@ -90,6 +90,7 @@ class MTPHead(nn.Module):
         self.config = model_config
         self.trained_depth = trained_depth
         self.objective = objective
+        self.name_or_path: str | None = None  # the spec or directory it was loaded by (load_head, bebop.policy)
         d, eps = model_config.hidden_size, model_config.rms_norm_eps
         self.fc = Linear(2 * d, d, bias=False)
         self.pre_fc_norm_embedding = RMSNorm(d, eps)

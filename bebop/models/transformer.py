@@ -198,6 +198,11 @@ class Transformer(nn.Module):
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
         self.config = config
+        # Where it came from, for the runs it makes (bebop.policy.run_meta); None for a model built in memory: the name
+        # or path it was loaded by (Hugging Face's `name_or_path`) and the sha256 of the weights it was read from
+        # (`bebop.models.checkpoint.weights_hash`), both set by `load_pretrained`.
+        self.name_or_path: str | None = None
+        self.weights_hash: str | None = None
         self.model = Backbone(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.apply(init_weights)

@@ -32,6 +32,7 @@ from bebop.device import resolve_device, resolve_dtype
 from bebop.files import read_json
 from bebop.engine.backend import rollout_backend
 from bebop.models.mtp import check_head_fits
+from bebop.policy import run_meta
 from bebop.rl.batch import Rollouts
 from bebop.rl.config import RLConfig, renamed
 from bebop.rl.parallel import check_world
@@ -107,6 +108,17 @@ def check_resumable(saved: dict, config: RLConfig) -> None:
         raise ValueError(f"cannot resume with a different config (checkpoint, now): {changed}")
 
 
+def check_same_policy(run_dir: Path, model) -> None:
+    """A run resumes from the policy it started from (its meta.json's `policy` hash, where it and `model` have one):
+    the checkpoint restores the weights it trained, and meta.json would otherwise name a policy the run never ran."""
+    meta = read_json(run_dir / "meta.json") if (run_dir / "meta.json").is_file() else {}
+    started = meta.get("policy") if isinstance(meta.get("policy"), dict) else {}
+    if started.get("hash") and model.weights_hash and started["hash"] != model.weights_hash:
+        raise ValueError(f"cannot resume {run_dir}: it started from policy {started.get('name')} (weights "
+                         f"{started['hash'][:8]}), not {model.name_or_path} (weights {model.weights_hash[:8]}); "
+                         "resume it with the --policy it started from")
+
+
 @dataclass(frozen=True)
 class RLRun:
     """A run checked and ready for its policy (`prepare_run`)."""
@@ -132,6 +144,7 @@ class RLRun:
         checkpoint = load_checkpoint(self.run_dir) if self.resume else None
         if checkpoint is not None:
             check_resumable(checkpoint["config"], config)
+            check_same_policy(self.run_dir, model)
         set_threads(config)
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.gen_dtype, device)
@@ -140,7 +153,7 @@ class RLRun:
                                   method=config.method, world=distributed.world())
         rollouts = Rollouts(backend, self.task, tokenizer, prompt_format)
         meta = {"policy_parameters": model.num_parameters(), "device": str(device), "world_size": distributed.world(),
-                **(meta_extra or {}),
+                **run_meta(model, [] if head is None else [head], dtype=dtype), **(meta_extra or {}),
                 **rl_setup(task=getattr(self.task, "name", config.task), rollout=config.method, mode=config.mode,
                            mtp_objective=getattr(head, "objective", None), mtp_strategy=config.mtp, gamma=config.gamma)}
         writer = (RunWriter(self.run_dir, config.to_dict(), kind="rl", resume=self.resume, name=name, meta_extra=meta,

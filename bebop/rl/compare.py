@@ -23,7 +23,7 @@ def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress
     from bebop.rl.build import build_trainer  # torch and the models: not for the CLIs' help texts
 
     trainer = build_trainer(config, policy.model, policy.tokenizer, head=policy.heads[head] if head else None,
-                            task=task, run_dir=run_dir, name=run_dir.name, meta_extra={"head": head})
+                            task=task, run_dir=run_dir, name=run_dir.name)
     return trainer.run(progress=progress)
 
 

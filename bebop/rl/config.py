@@ -80,8 +80,9 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
                               ("gen_dtype", PRECISIONS)):
             check_choice(self, name, options)
         if self.gamma == "auto" and self.backend == "vllm":
-            raise ValueError("gamma='auto' chooses the depth per engine step in bebop's engine; vLLM's speculative "
-                             "config fixes it at start: use an int gamma with backend 'vllm'")
+            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
+                             "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
+                             "(RLConfig.gamma 3, say)")
         check_ints(self, ("gamma",), low=1, also=("auto",))
         check_ints(self, ("steps", "prompts_per_step", "max_new_tokens", "max_gamma"), low=1)
         check_ints(self, ("mtp_depth", "threads"), low=1, also=(None,))

@@ -12,7 +12,8 @@ pooled entropy-binned counters) and takes that phase as the reference (α_0, H_0
 The interval counts verify steps (`spec/num_drafts`), not draft tokens, as the independent trials (the positions of
 one draft are not independent: after a rejection the rest go untested), and adds s, the scatter of the fit phase's
 own per-step residuals (what the law does not explain even while the draft is healthy). A residual whose interval
-excludes 0 raises a warning that names the PAPER Eq.-16 term that moved: over the reference, Δα = slope·(H - H_0)
+excludes 0 raises the alarm, whose message (`draft_health/warning`; the trainer writes it to the run's warnings,
+`bebop.rl.alerts`) names the PAPER Eq.-16 term that moved: over the reference, Δα = slope·(H - H_0)
 [entropy part] + the rest [mismatch part]; the law predicts the first, so an alarm is the mismatch part moving (the
 draft and the policy parting), and the message says too when the entropy left the range the law was fitted on (the
 law extrapolated: PAPER §5's case for co-training the head).
@@ -28,7 +29,6 @@ so the fit phase's points set a slope only when they span a bin (0.25 nats); bel
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -131,7 +131,6 @@ class DraftHealth:
                 f"{residual:+.3f}, interval [{residual - half:+.3f}, {residual + half:+.3f}]); Eq.-16 mismatch term "
                 f"{out[f'{PREFIX}mismatch_part']:+.3f}, entropy term {entropy_part:+.3f}: the draft no longer matches "
                 f"the policy (a stale or corrupt head?){outside}")
-            warnings.warn(out[f"{PREFIX}warning"], stacklevel=2)
         return out
 
     def _fit(self) -> None:

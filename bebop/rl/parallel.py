@@ -61,14 +61,17 @@ def combine_records(record: dict, rewards: torch.Tensor, entropy_tokens: int) ->
     pooled = torch.tensor([r for p in parts for r in p[1]], dtype=torch.float32)  # [N]
     weights = [p[2] for p in parts]
     out: dict[str, Any] = {}
-    for key, value in records[0].items():
-        values = [r[key] for r in records]
+    # A rank logs only the entropy bins it filled and the depths its engine chose (γ auto): a counter another rank
+    # lacks counted 0 there, and a key only a later rank has is kept.
+    for key in dict.fromkeys(k for r in records for k in r):
+        values = [r[key] for r in records if key in r]
+        value = values[0]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "policy_version"):
             out[key] = value
         elif (key.startswith(_SUMMED_PREFIXES) and key not in _SUMMED_EXCEPT) or key == "perf/throughput":
             out[key] = sum(values)
         elif key == "actor/entropy":
-            out[key] = sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1)
+            out[key] = sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1)  # every rank has it
         elif key.startswith("timing_s/"):
             out[key] = max(values)  # the step waits for the slowest rank
         else:  # per-row means over equal row counts (lengths, stop fraction), and values equal on every rank

@@ -18,7 +18,8 @@ Per step, the `train` stream gets one record (DESIGN.md names: `critic/score/mea
 `response_length/mean`, `spec/*` counters, `mtp/*`, `timing_s/*`, `perf/throughput`) and the `samples`
 stream a few completions with per-token pieces, origins and entropies for the dashboard. With shadow heads
 (`bebop.rl.shadow`) the `shadow` stream gets one record per head and verification rule; with an entropy bonus
-(`bebop.rl.entropy_control`) the train record carries its coefficient and size.
+(`bebop.rl.entropy_control`) the train record carries its coefficient and size. What the run should tell its user (no
+learning signal, a draft-health alarm) goes to the `warnings` stream and stderr (`bebop.rl.alerts`).
 
 The parts come from the caller (`bebop.rl.build`: the task, the prompt format, the rollout backend, the run writer).
 Resume (`Trainer.resume`): the checkpoint was read before the run directory was touched; the run log is rewound to
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import time
-import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +44,7 @@ from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine.backend import snapshot
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.mtp import check_head_fits
+from bebop.rl.alerts import RunAlerts
 from bebop.rl.batch import RolloutBatch, Rollouts, sample_examples
 from bebop.rl.config import RLConfig
 from bebop.rl.draft_health import DraftHealth
@@ -79,9 +80,6 @@ class UpdateResult:
     shadow: tuple[dict, ...] = ()  # the shadow heads' records (bebop.rl.shadow), one per head and rule
 
 
-SILENT_GROUPS = 16  # groups without any reward signal before a run warns that GRPO has nothing to learn from
-
-
 class Trainer:
     """GRPO on `policy` (copied: the caller's model is never modified) for `config.steps` steps, with the parts its
     caller composed (`bebop.rl.build`): `rollouts` (the task played through a rollout backend), `writer` (a
@@ -114,7 +112,7 @@ class Trainer:
                                   vocab_limit=self.vocab_limit, device=self.device)
         self.start_step, self.version = 0, 0
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
-        self._signal = (0, False)  # (groups so far, any with a signal)
+        self.alerts = RunAlerts(writer, config.prompts_per_step)  # the run's warnings: no learning signal, draft health
         self._refresh_snapshot()
 
     # ------------------------------------------------------------------------------------------ resume
@@ -308,7 +306,7 @@ class Trainer:
                 # This batch was generated (async) while the previous update ran: how long did they really overlap?
                 record = self._record(step, batch, update, wait, overlap(batch.gen_interval, previous), last_end)
                 previous = update.interval
-                self._warn_without_signal(step, record)
+                self.alerts.check(step, record)
                 last_end = time.perf_counter()
                 self.writer.log("train", record)
                 for shadow in update.shadow:
@@ -333,19 +331,6 @@ class Trainer:
             executor.shutdown(wait=True)
         self.writer.close("finished")
         return list(self.history)
-
-    def _warn_without_signal(self, step: int, record: dict) -> None:
-        """Once per run, when none of its first SILENT_GROUPS groups scored unevenly: the run teaches the policy
-        nothing (a task the model cannot yet solve), which nothing else in its logs makes loud. A single step
-        without signal is ordinary GRPO at a small batch; that many groups is not."""
-        groups = self.config.prompts_per_step
-        seen, heard = self._signal[0] + groups, self._signal[1] or record["critic/groups_with_signal"] > 0
-        self._signal = (seen, heard)
-        if not heard and seen >= SILENT_GROUPS > seen - groups:
-            warnings.warn(f"step {step}: none of the run's first {seen} groups had completions that scored "
-                          f"differently (mean reward {record['critic/score/mean']:.2f}), so every advantage was 0 and "
-                          "the updates left the policy as it was; critic/groups_with_signal logs the share per step",
-                          stacklevel=2)
 
     def _record(self, step: int, batch: RolloutBatch, update: UpdateResult, wait: float, overlap_s: float,
                 last_end: float) -> dict:

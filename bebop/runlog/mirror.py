@@ -3,8 +3,8 @@
 The run directory stays the record (docs/runs.md); a mirror is a copy a `RunWriter` hands each record to as it is
 logged. What is copied, under which name:
 
-- the numbers of every stream but `samples` and `tokens` (text and per-token records, which the dashboard shows)
-  and `shadow` (one record per head and rule each step, under the same names);
+- the numbers of every stream but `samples`, `tokens` and `warnings` (text and per-token records, which the
+  dashboard shows) and `shadow` (one record per head and rule each step, under the same names);
   strings and booleans are skipped;
 - each under its name in docs/runs.md (`critic/score/mean`, `spec/num_accepted_tokens`, `mtp/eval/d_tv_mean`);
   a name without a `/` from a stream other than `train` is prefixed with its stream (`eval/loss`), so the train
@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-# Text and per-token records; and `shadow` (RL shadow heads), whose several records a step, one per head and rule,
-# share their names: a mirror keyed by (name, step) would keep only the last (the run directory keeps them all).
-SKIPPED_STREAMS = ("samples", "tokens", "shadow")
+# Text and per-token records (a warning's only number is its time); and `shadow` (RL shadow heads), whose several
+# records a step, one per head and rule, share their names: a mirror keyed by (name, step) would keep only the last
+# (the run directory keeps them all).
+SKIPPED_STREAMS = ("samples", "tokens", "warnings", "shadow")
 TENSORBOARD_DIR = "tensorboard"  # inside the run directory: `tensorboard --logdir runs` finds every run's
 
 

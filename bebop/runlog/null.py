@@ -19,6 +19,12 @@ class NullWriter:
     def status(self, **fields: Any) -> None:
         pass
 
+    def warn(self, message: str, *, source: str, step: int | None = None) -> None:
+        pass  # rank 0 records and prints it once
+
+    def update_meta(self, **fields: Any) -> None:
+        pass
+
     def rewind(self, step: int) -> None:
         pass
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from bebop.files import read_json
 from bebop.runlog.setup import SETUP_KEYS, run_setup
-from bebop.runlog.write import KINDS, STATES, RunWriter, to_jsonable
+from bebop.runlog.write import KINDS, STATES, WARNINGS, RunWriter, to_jsonable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,6 +172,7 @@ class RunInfo:
     message: str = ""
     setup: dict = dataclasses.field(default_factory=dict)  # SETUP_KEYS -> value (run_setup)
     meta: dict = dataclasses.field(default_factory=dict)  # meta.json whole (what pairs runs for a speedup)
+    warnings: list = dataclasses.field(default_factory=list)  # the records of its `warnings` stream, in order
 
 
 def _run_info(path: Path, now: float, stale_after: float) -> RunInfo:
@@ -197,7 +198,16 @@ def _run_info(path: Path, now: float, stale_after: float) -> RunInfo:
         message=str(status.get("message") or ""),
         setup=run_setup(meta),
         meta=meta,
+        warnings=_warnings(path),
     )
+
+
+def _warnings(path: Path) -> list[dict]:
+    """The run's `warnings` records (none when it raised none, or the file went while read)."""
+    try:
+        return StreamTail(path / f"{WARNINGS}.jsonl").read()
+    except OSError:
+        return []
 
 
 def list_runs(root: str | os.PathLike, *, max_depth: int = 3, stale_after: float = STALE_AFTER_S) -> list[RunInfo]:

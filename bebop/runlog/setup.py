@@ -4,6 +4,9 @@ Every job writes them through `setup_keys` (RL, its synthetic preview, eval-mtp,
 them through `run_setup`, so the schema has one owner both ways. A value is one setting, a list where a job sweeps
 several (eval-mtp's methods, train-mtp's tasks), or None where the run has no such thing (a plain-decoding run has no
 head, no strategy and no depth).
+
+What made the run, meta.json's `policy` and `head` (written by `bebop.policy.run_meta`, which needs the models), is
+read here for every page and the command line: `policy_of`, `head_of` (a table's cell) and `made_by` (one line).
 """
 
 from __future__ import annotations
@@ -51,3 +54,67 @@ def run_setup(meta: Mapping[str, Any]) -> dict[str, Any]:
         setup["mtp_strategy"] = setup["mtp_strategy"] or config.get("mtp")
         setup["mtp_objective"] = setup["mtp_objective"] or meta.get("head")
     return setup
+
+
+# ---- what made a run: meta.json's `policy` and `head` (written by `bebop.policy.run_meta`) ------------------------
+MISSING = "—"  # what a run that predates these keys shows
+
+
+def policy_of(meta: Mapping[str, Any]) -> str:
+    """The run's policy as a table names it: the name or path it was loaded by ("smollm2", "default", a directory, a
+    hub id); a model built in memory by its size; "—" for a run that does not say."""
+    policy = meta.get("policy")
+    if isinstance(policy, Mapping):
+        return str(policy.get("name") or f"unnamed {policy.get('parameters', 0) / 1e6:.1f}M-parameter model")
+    return MISSING if policy is None else str(policy)
+
+
+def head_of(meta: Mapping[str, Any]) -> str:
+    """The run's head(s) as a table names them: the spec or directory each was loaded by ("lookup" for prompt
+    lookup), "none" where the run drafted with no head, "—" for a run that does not say."""
+    if "head" not in meta:
+        return MISSING
+    heads = _heads(meta["head"])
+    return ", ".join(_head_name(head) for head in heads) if heads else "none"
+
+
+def made_by(meta: Mapping[str, Any]) -> str:
+    """The policy and head(s) in one line, with what each record holds: "policy smollm2 (134.5M parameters,
+    bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv loss, trained depth 5, whole vocabulary)"."""
+    policy = meta.get("policy")
+    parts = [f"policy {policy_of(meta)}"]
+    if isinstance(policy, Mapping):
+        facts = [f"{policy['parameters'] / 1e6:.1f}M parameters" if policy.get("parameters") else None,
+                 policy.get("dtype"), f"weights {policy['hash'][:8]}" if policy.get("hash") else None]
+        parts[0] += f" ({', '.join(f for f in facts if f)})"
+    elif isinstance(meta.get("policy_parameters"), int):  # an RL run from before: its size is all it says
+        parts[0] += f" ({meta['policy_parameters'] / 1e6:.1f}M parameters)"
+    if "head" in meta:
+        heads = _heads(meta["head"])
+        parts += [_head_text(head) for head in heads] if heads else ["no head (plain decoding)"]
+    return " · ".join(parts)
+
+
+def _heads(value: Any) -> list:
+    """A `head` value as a list: a record, a list of them (a sweep), or a spec string (runs that wrote only that)."""
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
+
+
+def _head_name(head: Any) -> str:
+    if not isinstance(head, Mapping):
+        return str(head)
+    return str(head.get("name") or head.get("objective") or "unnamed head")
+
+
+def _head_text(head: Any) -> str:
+    """One head with what its record holds (a spec string, from a run that wrote only that, holds nothing more)."""
+    text = f"head {_head_name(head)}"
+    if not isinstance(head, Mapping):
+        return text
+    if head.get("kind") == "lookup":
+        return f"{text} (prompt lookup: no weights)"
+    vocab = head.get("draft_vocab")
+    facts = [f"{head['objective']} loss" if head.get("objective") else None,
+             f"trained depth {head['depth']}" if head.get("depth") else None,
+             "whole vocabulary" if vocab is None else f"draft vocabulary {vocab:,}"]
+    return f"{text} ({', '.join(f for f in facts if f)})"

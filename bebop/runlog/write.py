@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from bebop.files import atomic_open, read_json
 from bebop.runlog.mirror import Mirror
 
 KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo", "task-sweep")
+WARNINGS = "warnings"  # the stream of the warnings a run raises (`RunWriter.warn`)
 STATES = ("running", "finished", "failed")
 HEARTBEAT_EVERY_S = 1.0  # log() refreshes status.json at most this often
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -222,6 +224,24 @@ class RunWriter:
         now = time.time()
         if now - self._last_heartbeat >= HEARTBEAT_EVERY_S:
             self.status(**({"step": self.last_step} if self.last_step is not None else {}))
+
+    def warn(self, message: str, *, source: str, step: int | None = None) -> None:
+        """Record a warning the run raises about itself (the `warnings` stream, docs/runs.md: the dashboard shows it
+        beside the run) and print it once on stderr, through tqdm so that a progress bar is redrawn below the line
+        rather than torn by it. `source` names what raised it ("no_signal", "draft_health", ...)."""
+        from tqdm import tqdm  # lazy, like torch: readers of run lists need neither
+
+        record = {"source": source, "message": message, "time": time.time()}
+        self.log(WARNINGS, record if step is None else {"step": step, **record})
+        where = self.meta["name"] + ("" if step is None else f", step {step}")
+        tqdm.write(f"bebop: warning ({where}): {message}", file=sys.stderr)
+
+    def update_meta(self, **fields: Any) -> None:
+        """Merge `fields` into meta.json (replaced atomically): what a job learns about its run after it started (the
+        head train-mtp makes, once its draft vocabulary is chosen)."""
+        self._check_open()
+        self.meta.update(to_jsonable(fields, "meta"))
+        _write_atomic(self.path / "meta.json", self.meta)
 
     def _check_step(self, stream: str, step: Any) -> None:
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):

@@ -5,12 +5,14 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.app import state
+from bebop.runlog.setup import head_of, policy_of
 
 root, infos, chosen, message = state.selected()
 st.title("Compare")
 if len(chosen) < 1:
     st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
     st.stop()
+state.note_made_by({state.label(info, root): info.meta for info in chosen})
 names = [state.label(info, root) for info in chosen]
 colors = state.run_colors(names)
 runs = state.load_runs(chosen, root)
@@ -22,7 +24,9 @@ rows = []
 for info in chosen:
     name = state.label(info, root)
     train = trains.get(name)
-    row = {"run": name, **{key: state.shown(info.setup.get(key)) for key in state.CONFIG_KEYS}}
+    # The head by name: two heads of one loss (a shipped one, one over a draft vocabulary) are told apart.
+    row = {"run": name, "policy": policy_of(info.meta), "head": head_of(info.meta),
+           **{key: state.shown(info.setup.get(key)) for key in state.CONFIG_KEYS}}
     if train is not None:
         tail = train.tail(max(1, len(train) // 10))  # the last tenth: where the run ended up
         row["steps"] = len(train)
@@ -49,10 +53,11 @@ first = [c for c in ("run", "series", "slope", "r2", "accept_length") if c in su
 summary = summary[first + [c for c in summary.columns if c not in first]]
 st.subheader("Summary")
 # What every run shares is said once, above the table, so the columns left are the ones that tell runs apart.
-same = {c: summary[c].iloc[0] for c in summary.columns
-        if c in state.CONFIG_KEYS and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
-if same:
-    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in same.items()))
+same = {c: summary[c].iloc[0] for c in summary.columns if c in ("policy", "head", *state.CONFIG_KEYS)
+        and len(summary) > 1 and len({str(v) for v in summary[c]}) == 1}
+said = {c: v for c, v in same.items() if v != state.MISSING}  # runs that all do not say: nothing to say
+if said:
+    st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in said.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
            "final_step_s": "%.2f", "steps": "%d"}
 state.show_table(summary.drop(columns=list(same)), formats)

@@ -18,6 +18,7 @@ if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
 
+state.note_made_by({state.label(info, root): info.meta for info in chosen})
 c1, c2, c3, c4, c5 = st.columns([1.1, 1.1, 2, 1.8, 2], vertical_alignment="bottom")
 paused = c1.toggle("Pause", key="live_paused", help="stop refreshing (zoom and hover stay)")
 every = c2.selectbox("Refresh every", (2, 5, 10, 30, 60), index=1, format_func=lambda s: f"{s} s", key="live_every")
@@ -44,6 +45,8 @@ def recent(train, rows: int = 10) -> dict:
 @st.fragment(run_every=run_every)
 def headline() -> None:
     runs = state.load_runs(chosen, root)
+    state.show_warnings({name: run.streams["warnings"].to_dict("records") for name, run in runs.items()
+                         if "warnings" in run.streams})
     trains = state.trains(runs)
     now = time.time()
     rows = []

@@ -13,6 +13,7 @@ st.title("All metrics")
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
+state.note_made_by({state.label(info, root): info.meta for info in chosen})
 colors = state.run_colors(state.label(info, root) for info in chosen)
 runs = state.load_runs(chosen, root)
 streams = sorted({name for run in runs.values() for name, frame in run.streams.items()

@@ -21,6 +21,7 @@ if not picked:
     hint = f" Under this root: {', '.join(f'`{n}`' for n in others)}." if others else ""
     st.info(message or f"Pick a `bebop train-mtp` or `bebop eval-mtp` run in the sidebar.{hint}", icon=":material/info:")
     st.stop()
+state.note_made_by({state.label(info, root): info.meta for info in picked})
 runs = state.load_runs(picked, root)
 training = {name: run for name, run in runs.items() if run.meta.get("kind") == "train-mtp"}
 evaluating = {name: run for name, run in runs.items() if run.meta.get("kind") == "eval-mtp"}

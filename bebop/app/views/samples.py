@@ -19,6 +19,7 @@ if not with_samples:
 
 c1, c2, c3 = st.columns([2, 3, 1])
 name = c1.selectbox("Run", with_samples, key="samples_run")
+state.note_made_by({name: runs[name].meta})
 samples = runs[name].streams["samples"]
 steps = sorted(samples["step"].dropna().unique().tolist())
 step = c2.select_slider("Step", steps, value=steps[-1], key=f"samples_step_{name}") if len(steps) > 1 else steps[0]

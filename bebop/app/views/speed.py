@@ -17,6 +17,7 @@ pairs, unpaired = state.speed_pairs(chosen, infos, root)
 picked = {info.path for info in chosen}
 added = list({info.path: info for info in pairs.values() if info.path not in picked}.values())
 colors = state.run_colors(state.label(info, root) for info in chosen + added)
+state.note_made_by({state.label(info, root): info.meta for info in chosen + added})  # a partner ran the same policy
 trains = state.trains(state.load_runs(chosen + added, root))
 if not trains:
     st.stop()

@@ -108,6 +108,7 @@ def self_draft_default(default, shape: str):
     elif shape in ("small", "qwen3-0.6b"):
         config = ModelConfig.small(vocab_size=config.vocab_size, num_hidden_layers=3 if shape == "small" else 28)
     model, head = self_draft_pair(config, seed=0)
+    model.name_or_path = head.name_or_path = f"self-draft {shape}"  # what its runs say made them: not the policy
     dtype = default.model.lm_head.weight.dtype
     return dataclasses.replace(default, model=model.to(dtype), heads={name: head.to(dtype) for name in default.heads})
 
