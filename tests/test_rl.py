@@ -606,3 +606,22 @@ def test_cli_gen_dtype_reaches_the_config():
     assert config_from_args(parser.parse_args(["--out", "x"])).gen_dtype == RLConfig.preset("quick").gen_dtype
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x", "--gen-dtype", "fp8"])
+
+
+def test_a_resume_without_gamma_keeps_the_runs_own(tmp_path):
+    """`auto` is the default of a new run; a run started at γ 3 (before that default) resumes at γ 3 when --gamma is
+    left out, and --gamma given on the resume still wins (and is checked against the checkpoint as before)."""
+    import argparse
+
+    from bebop.commands import rl as cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"config": {"gamma": 3}}))
+    gamma = lambda *argv: cli.config_from_args(parser.parse_args(["--out", str(run), *argv])).gamma  # noqa: E731
+    assert gamma("--resume") == 3
+    assert gamma("--resume", "--gamma", "2") == 2
+    assert gamma() == "auto"  # a new run (the check that --out is new comes later, in run)
+    assert cli.config_from_args(parser.parse_args(["--out", str(tmp_path / "new"), "--resume"])).gamma == "auto"

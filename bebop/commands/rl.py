@@ -18,6 +18,7 @@ specs as `--head` does, each optionally `LABEL=` and `online-tv:` / `online-ce:`
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -130,7 +131,7 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
                          "--entropy-target too")
     overrides = {SIZE_FLAGS.get(k, k): getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.gamma is None and args.backend != "vllm":  # vLLM fixes the depth at start: there the field's default
-        overrides["gamma"] = "auto"
+        overrides["gamma"] = _resumed_gamma(args) or "auto"
     if args.shadow_heads:
         overrides["shadow_heads"] = tuple(args.shadow_heads)
     if args.dtype is not None:
@@ -139,6 +140,18 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
                            mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
                            **overrides,
                            **prompt_fields(args))
+
+
+def _resumed_gamma(args: argparse.Namespace) -> int | str | None:
+    """With --resume and no --gamma, the γ the run in --out started with (its meta.json's config): a run started
+    before `auto` became the default, at γ 3, resumes at γ 3 instead of being refused as a changed config."""
+    meta = args.out / "meta.json"
+    if not args.resume or not meta.is_file():
+        return None
+    try:
+        return json.loads(meta.read_text()).get("config", {}).get("gamma")
+    except (OSError, ValueError, AttributeError):
+        return None  # an unreadable meta.json is reported where the run is opened
 
 
 def run(args: argparse.Namespace) -> int:
