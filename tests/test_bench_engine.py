@@ -128,3 +128,24 @@ def test_task_prompts_a_draft_vocabulary_and_prompt_lookup(tmp_path):
     assert on_s and all(0 < r["draft_cost"] and 0 < r["draft_cost_full_vocab"] for r in on_s)
     assert lookup and all("draft_cost" not in r and r["theoretical_speedup"] is None and r["speedup"] > 0
                           for r in lookup)
+
+
+def test_temperature_reaches_every_engine(tmp_path, monkeypatch):
+    """--temperature is the sampling temperature of bebop's engine and of HF generate() alike, and is recorded."""
+    from bebop.commands.bench import engine as bench
+    from bebop.engine import Engine
+
+    seen = []
+    generate, hf_generate = Engine.generate, bench._hf_generate
+    monkeypatch.setattr(Engine, "generate", lambda self, prompts, config, *a, **k: seen.append(
+        ("bebop", config.temperature)) or generate(self, prompts, config, *a, **k))
+    monkeypatch.setattr(bench, "_hf_generate", lambda target, prompts, mask, new_tokens, temperature, assistant=None:
+                        seen.append(("hf", temperature)) or hf_generate(target, prompts, mask, new_tokens,
+                                                                        temperature, assistant))
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--models", "tiny", "--batch", "1", "--gamma", "1", "--new-tokens", "4",
+                 "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--no-compile", "--temperature", "0.5",
+                 "--json", str(path)]) == 0
+    assert {engine for engine, _ in seen} == {"bebop", "hf"} and {t for _, t in seen} == {0.5}
+    assert {r["temperature"] for r in json.loads(path.read_text()) if "temperature" in r} == {0.5}
+    assert main(["bench", "engine", "--temperature", "0"]) == 2

@@ -34,8 +34,8 @@ and an eighth on the 16-layer one, and that ratio caps the speedup as much as ac
 
 The named shapes' draft head is the self-draft head of `bebop.models.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
 E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
-at temperature 1 with no top-k/top-p and a fixed number of new tokens (no stop tokens), so every engine does the
-same work.
+at one temperature (`--temperature`, default 1) with no top-k/top-p and a fixed number of new tokens (no stop
+tokens), so every engine does the same work.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from bebop.models.config import ModelConfig
 from bebop.models.selfdraft import self_draft_pair
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
 
-# The speculative methods timed, in record order (greedy, the T = 0 case, is left out: the bench samples at T = 1).
+# The speculative methods timed, in record order (greedy, the T = 0 case, is left out: the bench samples).
 TIMED_METHODS = ("to", "rs")
 MODELS = {
     "tiny": lambda: ModelConfig.tiny(),
@@ -93,6 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=None,
                         help="with --policy: prompts drawn from this task's held-out examples in the policy's chat "
                              "format (left-padded for HF), instead of random tokens (default: random tokens)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="the sampling temperature of every engine, bebop's and the peers' (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed rounds; each runs every cell once, in turn (median reported)")
     add_device_args(parser)
@@ -114,6 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse bad numbers before torch builds a model: each would otherwise fail deep inside a cell, after the load."""
+    if not 0 < args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a finite number > 0, got {args.temperature}")
     if any(v < 1 for v in args.batch):
         raise ValueError(f"--batch values must be >= 1, got {args.batch}")
     if any(g != "auto" and g < 0 for g in args.gamma) or not _depths(args):  # γ = 0, plain, is timed anyway
@@ -161,8 +165,9 @@ def _hf_models(model, dtype, device, workdir: Path):
     return target, assistant
 
 
-def _hf_generate(target, prompts: torch.Tensor, mask: torch.Tensor, new_tokens: int, assistant=None):
-    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+def _hf_generate(target, prompts: torch.Tensor, mask: torch.Tensor, new_tokens: int, temperature: float,
+                 assistant=None):
+    kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
                   min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
     if assistant is not None:
         kwargs.update(assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
@@ -190,10 +195,11 @@ def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> l
         engines = {c: e for c, e in all_engines.items() if not c or args.compiled_only or batch in args.compile_batch}
         prompt_lists, prompts, mask = bench_prompts(args, config.vocab_size, batch, generator, tokenizer)
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens,
-                    prompts=args.task or "random")
+                    prompts=args.task or "random", temperature=args.temperature)
 
         def bebop(engine, gamma, method):
             gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1,
+                                          temperature=args.temperature,
                                           max_gamma=max(_static(args), default=GenerationConfig.max_gamma))
             return lambda: engine.generate(prompt_lists, gen_config)
 
@@ -203,10 +209,11 @@ def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> l
         cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
-            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens)
+            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens,
+                                                                          args.temperature)
             if batch == 1:  # assisted generation supports batch 1 only
                 cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), mask,
-                                                                           new_tokens, assistant)
+                                                                           new_tokens, args.temperature, assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
         timed = interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
