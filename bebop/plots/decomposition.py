@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bebop import metrics
-from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _floats, _layout, _runs, integer_ticks, smooth, thin
+from bebop.plots.style import ACCEPT_LENGTH, check_columns, floats, apply_layout, run_names, integer_ticks, smooth, thin
 
 
 def decomposition_data(trains: Mapping[str, pd.DataFrame], *, fit_fraction: float = 0.2) -> pd.DataFrame:
@@ -22,7 +22,7 @@ def decomposition_data(trains: Mapping[str, pd.DataFrame], *, fit_fraction: floa
             continue
         part = train[["step", ACCEPT_LENGTH, "actor/entropy"]].dropna()
         try:
-            dec = metrics.decompose_acceptance(_floats(part[ACCEPT_LENGTH]), _floats(part["actor/entropy"]),
+            dec = metrics.decompose_acceptance(floats(part[ACCEPT_LENGTH]), floats(part["actor/entropy"]),
                                                fit_fraction=fit_fraction)
         except ValueError:  # too few steps yet, or a flat entropy in the fitting window
             continue
@@ -35,10 +35,10 @@ def decomposition_data(trains: Mapping[str, pd.DataFrame], *, fit_fraction: floa
 
 def decomposition_figure(data: pd.DataFrame, *, smoothing: float = 0.6) -> go.Figure:
     """One panel per run (runs side by side, shared y): total change, entropy part and mismatch part."""
-    _check_columns(data, ("run", "step", "total", "entropy_part", "mismatch_part"), "decomposition_figure")
+    check_columns(data, ("run", "step", "total", "entropy_part", "mismatch_part"), "decomposition_figure")
     parts = {"total": ("total Δ", "#333333", "solid"), "entropy_part": ("entropy part", "#4C78A8", "dash"),
              "mismatch_part": ("mismatch part", "#E45756", "dot")}
-    runs = _runs(data)
+    runs = run_names(data)
     cols = min(4, max(1, len(runs)))
     rows = max(1, math.ceil(len(runs) / cols))
     fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, subplot_titles=runs,
@@ -54,7 +54,7 @@ def decomposition_figure(data: pd.DataFrame, *, smoothing: float = 0.6) -> go.Fi
                                      hovertemplate=f"{html.escape(run)} · {label}<br>step %{{x}}: %{{y:+.3f}}<extra></extra>"),
                           row=k // cols + 1, col=k % cols + 1)
         fig.add_hline(y=0.0, line=dict(color="#999", width=1), row=k // cols + 1, col=k % cols + 1)
-    fig = _layout(fig, "Eq. 16: change in accept length = entropy part + mismatch part (x: RL step)", "", "",
+    fig = apply_layout(fig, "Eq. 16: change in accept length = entropy part + mismatch part (x: RL step)", "", "",
                   height=170 + 230 * rows)
     fig.update_yaxes(title_text="Δ accept length", col=1)
     integer_ticks(fig, data["step"])

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from bebop import metrics
-from bebop.plots.style import ACCEPT_LENGTH, _check_columns, _colors, _floats, _layout, _runs, has_spec, pooled, thin
+from bebop.plots.style import ACCEPT_LENGTH, check_columns, fill_colors, floats, apply_layout, run_names, has_spec, pooled, thin
 
 
 def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> pd.DataFrame:
@@ -65,13 +65,13 @@ def token_points(tokens: Mapping[str, pd.DataFrame],
 
 def entropy_fits(points: pd.DataFrame) -> pd.DataFrame:
     """The fitted law acceptance = intercept + slope·H per run: [run, slope, intercept, r2, n] (NaN: no fit)."""
-    _check_columns(points, ("run", "entropy", "acceptance", "weight"), "entropy_fits")
+    check_columns(points, ("run", "entropy", "acceptance", "weight"), "entropy_fits")
     rows = []
-    for run in _runs(points):
+    for run in run_names(points):
         part = points[points["run"] == run]
         try:
-            fit = metrics.fit_entropy_law(_floats(part["entropy"]), _floats(part["acceptance"]),
-                                          weights=_floats(part["weight"]), n_bootstrap=0)
+            fit = metrics.fit_entropy_law(floats(part["entropy"]), floats(part["acceptance"]),
+                                          weights=floats(part["weight"]), n_bootstrap=0)
             rows.append((run, fit.slope, fit.intercept, fit.r2, fit.n))
         except ValueError:  # fewer than 3 points, or no spread in entropy yet
             rows.append((run, math.nan, math.nan, math.nan, len(part)))
@@ -95,9 +95,9 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
                           y_title: str = "accept length (tokens / verify step)") -> go.Figure:
     """Scatter per run with its fitted line; the legend gives slope (per nat), R² and the points fitted."""
     fits = entropy_fits(points).set_index("run")
-    colors = _colors(_runs(points), colors)
+    colors = fill_colors(run_names(points), colors)
     fig = go.Figure()
-    for run in _runs(points):
+    for run in run_names(points):
         part = points[points["run"] == run]
         keep = thin(len(part))
         weight = part["weight"].to_numpy(dtype=float)
@@ -122,4 +122,4 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
         ))
     fig.update_yaxes(rangemode="tozero")  # acceptance from 0: a spread of 0.01 must not fill the chart like a trend
     fig.update_xaxes(rangemode="tozero")
-    return _layout(fig, "Acceptance vs entropy", "policy entropy H(p) (nats)", y_title, height=460)
+    return apply_layout(fig, "Acceptance vs entropy", "policy entropy H(p) (nats)", y_title, height=460)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
-from bebop.plots.style import ORIGIN_COLORS, _check_columns, _layout
+from bebop.plots.style import ORIGIN_COLORS, check_columns, apply_layout
 
 
 def sample_tokens(sample: Mapping) -> pd.DataFrame:
@@ -24,7 +24,7 @@ def sample_tokens(sample: Mapping) -> pd.DataFrame:
 
 def sample_html(tokens: pd.DataFrame) -> str:
     """The rollout's text, each token on a background of its origin's colour, entropy on hover."""
-    _check_columns(tokens, ("piece", "origin", "entropy"), "sample_html")
+    check_columns(tokens, ("piece", "origin", "entropy"), "sample_html")
     spans = []
     for piece, origin, h in tokens[["piece", "origin", "entropy"]].itertuples(index=False):
         color = ORIGIN_COLORS.get(origin, "#CCCCCC")
@@ -36,7 +36,7 @@ def sample_html(tokens: pd.DataFrame) -> str:
 
 def token_figure(tokens: pd.DataFrame) -> go.Figure:
     """Entropy of every generated token, coloured by where it came from (accepted / recovered / bonus / plain)."""
-    _check_columns(tokens, ("index", "piece", "origin", "entropy"), "token_figure")
+    check_columns(tokens, ("index", "piece", "origin", "entropy"), "token_figure")
     fig = go.Figure()
     for origin, color in ORIGIN_COLORS.items():
         part = tokens[tokens["origin"] == origin]
@@ -45,4 +45,4 @@ def token_figure(tokens: pd.DataFrame) -> go.Figure:
                                  customdata=part["piece"].map(repr),
                                  hovertemplate="token %{x} %{customdata}<br>H %{y:.3f} nats<extra>" + origin + "</extra>"))
     fig.update_layout(bargap=0.1)
-    return _layout(fig, "Entropy per generated token, by origin", "token index", "H(p) (nats)", height=300)
+    return apply_layout(fig, "Entropy per generated token, by origin", "token index", "H(p) (nats)", height=300)

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from bebop import metrics, speedup
-from bebop.plots.style import _check_columns, _colors, _layout, _runs, has_spec, integer_ticks, pooled
+from bebop.plots.style import check_columns, fill_colors, apply_layout, run_names, has_spec, integer_ticks, pooled
 
 SPEEDUP_COLUMNS = ["run", "plain_run", "tokens_per_row_step", "step_cost", "predicted", "measured_rollout",
                    "measured_end_to_end", "note"]
@@ -31,17 +31,17 @@ def positions(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def positions_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
-    _check_columns(table, ("run", "position", "acceptance_rate", "alpha"), "positions_figure")
-    colors = _colors(_runs(table), colors)
+    check_columns(table, ("run", "position", "acceptance_rate", "alpha"), "positions_figure")
+    colors = fill_colors(run_names(table), colors)
     fig = go.Figure()
-    for run in _runs(table):
+    for run in run_names(table):
         part = table[table["run"] == run]
         fig.add_trace(go.Bar(x=part["position"], y=part["acceptance_rate"], name=run, marker_color=colors[run],
                              customdata=part["alpha"],
                              hovertemplate="position %{x}<br>accepted / drafts %{y:.3f}<br>α_i %{customdata:.3f}<extra></extra>"))
     fig.update_layout(barmode="group")
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Pooled acceptance per draft position", "draft position i", "accepted at i / drafts")
+    return apply_layout(fig, "Pooled acceptance per draft position", "draft position i", "accepted at i / drafts")
 
 
 def _records(train: pd.DataFrame) -> list[dict]:
@@ -64,7 +64,7 @@ def step_times(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def step_time_figure(table: pd.DataFrame) -> go.Figure:
     """Generation, update and the whole step as bars side by side: async steps overlap the first two, so
     stacking them would draw bars longer than the step."""
-    _check_columns(table, ("run", "gen", "update", "step"), "step_time_figure")
+    check_columns(table, ("run", "gen", "update", "step"), "step_time_figure")
     fig = go.Figure()
     for column, label, color in (("gen", "generation", SPEED_COLORS["generation"]),
                                  ("update", "update", SPEED_COLORS["update"]),
@@ -73,7 +73,7 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
                              hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}} s<extra></extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Step time (async overlaps generation and update)",
+    return apply_layout(fig, "Step time (async overlaps generation and update)",
                    "median seconds per RL step (steady steps)", "", height=max(260, 70 + 70 * len(table)))
 
 
@@ -93,7 +93,7 @@ def speedup_table(trains: Mapping[str, pd.DataFrame], pairs: Mapping[str, str]) 
 def speedup_figure(table: pd.DataFrame) -> go.Figure:
     """Each MTP run's measured speedups over its plain partner, and beside them the prediction from measured costs
     (hatched: a prediction, not a measurement); 1 is plain decoding's speed."""
-    _check_columns(table, ("run", "measured_rollout", "measured_end_to_end", "predicted"), "speedup_figure")
+    check_columns(table, ("run", "measured_rollout", "measured_end_to_end", "predicted"), "speedup_figure")
     fig = go.Figure()
     for column, label, color, pattern in (
             ("measured_rollout", "generation, measured", SPEED_COLORS["generation"], ""),
@@ -106,7 +106,7 @@ def speedup_figure(table: pd.DataFrame) -> go.Figure:
     fig.add_vline(x=1.0, line={"color": "#555", "dash": "dot", "width": 1})
     fig.update_layout(barmode="group")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Speedup over plain decoding at the same workload", "speedup (×, plain decoding = 1)", "",
+    return apply_layout(fig, "Speedup over plain decoding at the same workload", "speedup (×, plain decoding = 1)", "",
                    height=max(260, 90 + 90 * len(table)))
 
 
@@ -133,10 +133,10 @@ def chosen_depths(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 def chosen_depth_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
     """Mean chosen γ per RL step, one line per run; hover shows the full split."""
-    _check_columns(table, ("run", "step", "gamma", "share"), "chosen_depth_figure")
-    colors = _colors(_runs(table), colors)
+    check_columns(table, ("run", "step", "gamma", "share"), "chosen_depth_figure")
+    colors = fill_colors(run_names(table), colors)
     fig = go.Figure()
-    for run in _runs(table):
+    for run in run_names(table):
         part = table[table["run"] == run]
         mean = (part["gamma"] * part["share"]).groupby(part["step"]).sum()
         split = part.groupby("step").apply(
@@ -146,7 +146,7 @@ def chosen_depth_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None
                                  hovertemplate="step %{x}<br>mean γ %{y:.2f}<br>%{customdata}<extra></extra>"))
     integer_ticks(fig, table["step"])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Draft depth chosen by the engine (gamma=auto)", "RL step", "mean γ over engine steps")
+    return apply_layout(fig, "Draft depth chosen by the engine (gamma=auto)", "RL step", "mean γ over engine steps")
 
 
 def measured_costs(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -169,8 +169,8 @@ def measured_cost_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | Non
     """Seconds per engine step against γ in plain steps of the same rows bucket, one line per (run, rows bucket) that
     timed γ = 0: the cost side of the choice. A run is one colour (one legend entry), thicker lines for more rows;
     hover names the bucket."""
-    _check_columns(table, ("run", "rows", "gamma", "seconds", "steps"), "measured_cost_figure")
-    colors = _colors(_runs(table), colors)
+    check_columns(table, ("run", "rows", "gamma", "seconds", "steps"), "measured_cost_figure")
+    colors = fill_colors(run_names(table), colors)
     widest = max(table["rows"], default=1)
     fig, shown = go.Figure(), set()
     for (run, rows), part in table.groupby(["run", "rows"], sort=False):
@@ -186,7 +186,7 @@ def measured_cost_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | Non
                           "%{customdata[1]:.0f} steps<extra></extra>"))
         shown.add(run)
     fig.update_xaxes(dtick=1)
-    return _layout(fig, "Measured engine step cost by depth (a line per rows bucket)", "γ", "× a plain step")
+    return apply_layout(fig, "Measured engine step cost by depth (a line per rows bucket)", "γ", "× a plain step")
 
 
 def draft_health(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -207,10 +207,10 @@ def draft_health(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
     """Residual acceptance (measured - the entropy law's prediction) per RL step with its interval; red marks the
     steps whose interval excludes 0."""
-    _check_columns(table, ("run", "step", "residual", "residual_lo", "residual_hi", "alarm"), "draft_health_figure")
-    colors = _colors(_runs(table), colors)
+    check_columns(table, ("run", "step", "residual", "residual_lo", "residual_hi", "alarm"), "draft_health_figure")
+    colors = fill_colors(run_names(table), colors)
     fig = go.Figure()
-    for run in _runs(table):
+    for run in run_names(table):
         part = table[table["run"] == run]
         fig.add_trace(go.Scatter(
             x=part["step"], y=part["residual"], name=run, mode="lines+markers", line_color=colors[run],
@@ -220,4 +220,4 @@ def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None
             hovertemplate="step %{x}<br>residual %{y:+.3f}<extra></extra>"))
     fig.add_hline(y=0.0, line={"color": "#555", "dash": "dot", "width": 1})
     integer_ticks(fig, table["step"])
-    return _layout(fig, "Draft health: acceptance minus the entropy law's prediction", "RL step", "residual")
+    return apply_layout(fig, "Draft health: acceptance minus the entropy law's prediction", "RL step", "residual")

@@ -65,7 +65,7 @@ def smooth(values: Sequence[float], weight: float) -> np.ndarray:
     return series.ewm(alpha=1.0 - weight, adjust=True, ignore_na=True).mean().to_numpy()
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 380) -> go.Figure:
+def apply_layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE, title=dict(text=title, x=0.01, xanchor="left"), height=height,
         margin=dict(l=60, r=20, t=50, b=40), hovermode="closest", uirevision="keep",
@@ -89,7 +89,7 @@ def integer_ticks(fig: go.Figure, steps, axis: str = "x") -> None:
     update(tickformat="d", **({"dtick": 1} if span <= 10 else {}))
 
 
-def _colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, str]:
+def fill_colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, str]:
     """`given` colours, with unused palette colours for runs it does not cover (e.g. eval sub-series)."""
     colors = dict(given or {})
     spare = [c for c in PALETTE if c not in colors.values()] or list(PALETTE)
@@ -98,15 +98,15 @@ def _colors(runs: Sequence[str], given: Mapping[str, str] | None) -> dict[str, s
     return colors
 
 
-def _runs(data: pd.DataFrame) -> list[str]:
+def run_names(data: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(data["run"])) if len(data) else []
 
 
-def _floats(column: pd.Series) -> np.ndarray:
+def floats(column: pd.Series) -> np.ndarray:
     return np.array(column, dtype=float)  # a writable copy: torch refuses pandas' read-only views
 
 
-def _check_columns(data: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+def check_columns(data: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     missing = [c for c in columns if c not in data.columns]
     if missing:
         raise ValueError(f"{what} needs columns {missing}; got {list(data.columns)}")

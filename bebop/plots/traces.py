@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from bebop.plots.style import (MARKERS_UNDER, X_AXES, _check_columns, _colors, _layout, _runs, integer_ticks,
+from bebop.plots.style import (MARKERS_UNDER, X_AXES, check_columns, fill_colors, apply_layout, run_names, integer_ticks,
                                smooth, thin)
 
 
@@ -43,11 +43,11 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
     """One line per (run, column): colour = run, dash = column. The data are the bold line; with smoothing a faint
     trend line rides on them (the bold line ends at the last value logged). `from_zero` starts the y axis at 0, so
     step-to-step noise on a quantity that is never negative does not fill the chart like a trend."""
-    _check_columns(data, ("run", x, *columns), "lines")
-    colors = _colors(_runs(data), colors)
+    check_columns(data, ("run", x, *columns), "lines")
+    colors = fill_colors(run_names(data), colors)
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
     fig = go.Figure()
-    for run in _runs(data):
+    for run in run_names(data):
         part = data[data["run"] == run]
         for j, column in enumerate(columns):
             label = (labels or {}).get(column, column)
@@ -73,4 +73,4 @@ def lines(data: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: st
         fig.update_yaxes(rangemode="tozero")
     if x == "step":
         integer_ticks(fig, data[x])
-    return _layout(fig, title, x_title or X_AXES[x][1], y_title)
+    return apply_layout(fig, title, x_title or X_AXES[x][1], y_title)
