@@ -29,6 +29,7 @@ is meta.json's `policy` and `head` keys (docs/runs.md), which every job writes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -156,22 +157,31 @@ def _convert_once(source: Path, out: Path) -> None:
 
 
 def _install_heads(out: Path) -> None:
-    """Copy the shipped SmolLM2 heads missing from `out`/heads (through load_head / save_head, which check that they
-    fit the converted backbone)."""
+    """Copy each shipped SmolLM2 head into `out`/heads where it is missing, or where the copy there is an earlier
+    shipped version nobody changed (its file's hash is in the assets' superseded.json), through load_head /
+    save_head, which check that it fits the converted backbone. A head a user trained or edited there is kept."""
     from bebop.default import shipped_heads
 
-    have = shipped_heads(out)
-    missing = [name for name in shipped_heads(SMOLLM2_ASSETS) if name not in have]
-    if not missing:
+    superseded = json.loads((SMOLLM2_ASSETS / "heads" / "superseded.json").read_text())
+    stale = [name for name in shipped_heads(out) if _file_hash(out / "heads" / name) in superseded.get(name, ())]
+    missing = [name for name in shipped_heads(SMOLLM2_ASSETS) if name not in shipped_heads(out)]
+    if not stale and not missing:
         return
-    import json
-
     from bebop.models.checkpoint import load_head, save_head
     from bebop.models.config import ModelConfig
 
     config = ModelConfig.from_hf_dict(json.loads((out / "config.json").read_text()))
-    for name in missing:
+    for name in stale:
+        print(f"bebop: replacing the earlier shipped head {out / 'heads' / name} with this version's", flush=True)
+    for name in stale + missing:
         save_head(load_head(SMOLLM2_ASSETS / "heads" / name, config), out / "heads" / name)
+
+
+def _file_hash(head_dir: Path) -> str:
+    """sha256 of a head directory's weights file."""
+    import hashlib
+
+    return hashlib.sha256((head_dir / "head.safetensors").read_bytes()).hexdigest()
 
 
 def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stored: MTPHead | None = None,

@@ -207,3 +207,36 @@ def test_rl_runs_with_the_embedded_head_of_a_random_policy(policies, tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     assert (meta["head"]["name"], meta["head"]["objective"]) == (EMBEDDED, "ce")  # the spec as given, the stored loss
     assert meta["policy"]["name"] == str(policies["full"])
+
+
+def test_get_model_replaces_only_untouched_earlier_shipped_heads(policies, tmp_path, monkeypatch, capsys):
+    """A new bebop version's shipped heads replace the copies an earlier version installed (their hash is in
+    superseded.json), never a head the user trained or edited under the same name, and fill in missing ones."""
+    import hashlib
+    import shutil
+
+    from bebop import policy
+
+    config = _config()
+    assets = tmp_path / "assets"
+    save_head(_head(config, "ce", 10), assets / "heads" / "ce")  # this version's ce and e2e_tv
+    save_head(_head(config, "e2e_tv", 11), assets / "heads" / "e2e_tv")
+    out = tmp_path / "installed"
+    shutil.copytree(policies["bare"], out)
+    save_head(_head(config, "ce", 20), out / "heads" / "ce")  # an earlier version's ce, untouched
+    save_head(_head(config, "e2e_tv", 21), out / "heads" / "e2e_tv")  # the user's own e2e_tv
+    old = hashlib.sha256((out / "heads" / "ce" / "head.safetensors").read_bytes()).hexdigest()
+    (assets / "heads" / "superseded.json").write_text(json.dumps({"ce": [old], "e2e_tv": ["0" * 64]}))
+    mine = (out / "heads" / "e2e_tv" / "head.safetensors").read_bytes()
+    monkeypatch.setattr(policy, "SMOLLM2_ASSETS", assets)
+
+    policy._install_heads(out)
+    shipped = (assets / "heads" / "ce" / "head.safetensors").read_bytes()
+    assert (out / "heads" / "ce" / "head.safetensors").read_bytes() == shipped
+    assert (out / "heads" / "e2e_tv" / "head.safetensors").read_bytes() == mine
+    assert "replacing the earlier shipped head" in capsys.readouterr().out
+    shutil.rmtree(out / "heads" / "e2e_tv")
+    policy._install_heads(out)  # a missing head is installed; nothing else is touched or said again
+    assert (out / "heads" / "e2e_tv" / "head.safetensors").read_bytes() == \
+        (assets / "heads" / "e2e_tv" / "head.safetensors").read_bytes()
+    assert "replacing" not in capsys.readouterr().out
