@@ -1,11 +1,12 @@
 """Reference runs (issue 45, item 5): a finished `bebop rl` run packed without its checkpoint
-(`scripts/pack-reference-run`, `bebop.runlog.pack`), found again by `bebop.reference_runs()`; and the runs bebop
-ships, packed whole.
+(`scripts/pack-reference-run`, `bebop.runlog.pack`), found again by `bebop.reference_runs()`, copied by `bebop
+preview` beside its synthetic runs, served by `bebop dashboard --reference`; and the runs bebop ships, packed whole.
 
 The stand-in run is a real `bebop rl` on the embedded default, made once (tests/reference_run.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -16,12 +17,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_checks import one_error_line
 from reference_run import COMMIT, NAME, command, finished_run, packed_root
 
 import bebop
+from bebop.cli import main
+from bebop.commands import dashboard
 from bebop.files import CHECKPOINT
 from bebop.rl import shadow_points, shadow_summary
-from bebop.runlog import load_run
+from bebop.runlog import list_runs, load_run
 from bebop.runlog.pack import PROVENANCE_KEYS, head_commit, pack_run
 from bebop.runlog.reference import (PROVENANCE, REFERENCE_DIR, provenance, provenance_line, reference_runs,
                                     regenerate)
@@ -201,3 +205,54 @@ def test_the_runs_bebop_ships_are_packed_whole_and_small():
     total = sum(p.stat().st_size for path in shipped.values() for p in path.iterdir())
     assert total < 16 * 2**20, f"the reference runs are {total / 2**20:.1f} MiB"
 
+
+# ------------------------------------------------------------------------------------------------ preview, dashboard
+def test_preview_copies_the_reference_runs_beside_the_synthetic_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root()))
+    root = tmp_path / "pv"
+    assert main(["preview", str(root), "--steps", "3"]) == 0
+    copy = root / "reference" / NAME
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"copied the reference runs bebop ships (real RL runs, not synthetic): {copy}"
+    assert _snapshot(copy) == _snapshot(packed_root() / NAME)
+    runs = {info.path.relative_to(root).as_posix(): info for info in list_runs(root)}
+    assert len(runs) == 6 and f"reference/{NAME}" in runs and not runs[f"reference/{NAME}"].meta.get("synthetic")
+    before = _snapshot(root)
+    assert main(["preview", str(root), "--steps", "3"]) == 2
+    assert f"{copy} already hold preview runs: pass --force" in one_error_line(capsys)
+    assert _snapshot(root) == before
+    (copy / "train.jsonl").write_text("")  # replaced whole under --force
+    assert main(["preview", str(root), "--steps", "3", "--force"]) == 0
+    assert _snapshot(copy) == _snapshot(packed_root() / NAME)
+    capsys.readouterr()
+    assert main(["preview", str(tmp_path / "bare"), "--steps", "3", "--no-reference"]) == 0
+    assert "reference" not in capsys.readouterr().out and not (tmp_path / "bare" / "reference").exists()
+
+
+def test_preview_never_replaces_a_users_run_where_a_reference_run_would_go(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root()))
+    root = tmp_path / "pv"
+    mine = Path(shutil.copytree(finished_run(), root / "reference" / NAME))  # a real run of the user's, same name
+    before = _snapshot(root)
+    for force in ([], ["--force"]):
+        assert main(["preview", str(root), "--steps", "3", *force]) == 2
+        assert f"{mine} exists and is not a preview run" in one_error_line(capsys)
+        assert _snapshot(root) == before  # nothing written beside it either
+
+
+def test_preview_without_reference_runs_writes_what_it_always_did(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(tmp_path / "none"))
+    assert main(["preview", str(tmp_path / "pv"), "--steps", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1 and not (tmp_path / "pv" / "reference").exists()
+
+
+def test_dashboard_reference_serves_the_shipped_runs_where_they_lie(tmp_path, monkeypatch):
+    parser = argparse.ArgumentParser()
+    dashboard.add_arguments(parser)
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root()))
+    assert dashboard.runs_root(parser.parse_args(["--reference"])) == packed_root().resolve()
+    with pytest.raises(ValueError, match="--reference and --runs name two roots"):
+        dashboard.runs_root(parser.parse_args(["--reference", "--runs", str(tmp_path)]))
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no reference run is shipped in"):
+        dashboard.runs_root(parser.parse_args(["--reference"]))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from bebop.files import read_json
@@ -80,3 +82,10 @@ def regenerate(run_dir: str | os.PathLike) -> str:
     pack = ["scripts/pack-reference-run", out, Path(run_dir).name, "--command", command, "--commit", commit, "--force"]
     return "\n".join([f"git checkout {commit}", command, "git checkout -", shlex.join(pack)])
 
+
+def copy_reference_runs(runs: Mapping[str, Path], into: str | os.PathLike) -> list[Path]:
+    """Copy each reference run to `into`/NAME (the folder made; each target must not exist) and return the copies:
+    what `bebop preview` puts beside its synthetic runs, so the dashboard opens them like any run."""
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copytree(path, into / name)) for name, path in runs.items()]
