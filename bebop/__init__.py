@@ -6,6 +6,7 @@ The top-level names are imported lazily, so `import bebop` stays cheap:
     default = bebop.load_default()                       # the shipped tiny policy + its MTP heads
     engine = bebop.Engine(default.model, default.heads["e2e_tv"])
     rollout = engine.generate(prompts, bebop.GenerationConfig(max_new_tokens=64, gamma=3, method="rs"))
+    runs = bebop.reference_runs()                        # the real RL runs shipped with bebop: {name: run directory}
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _EXPORTS = {
     "load_pretrained": "bebop.models",
     "save_pretrained": "bebop.models",
     "MTPHead": "bebop.models",
+    "reference_runs": "bebop.runlog.reference",
 }
 
 __all__ = ["__version__", *_EXPORTS]

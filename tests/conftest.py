@@ -4,7 +4,8 @@ Working directory: a test that reads `runs/`, `artifacts/` or a cache relative t
 machine's state, not the code (`make demo` writes `runs/` into the checkout, and a relative "runs/" then exists). So
 the session starts in an empty directory of its own (module and session fixtures see it) and each test in its own
 `tmp_path`; the model caches point into empty temporary directories. Paths a test means in the checkout
-are spelled from `__file__`.
+are spelled from `__file__`. The reference runs bebop ships are read from an empty folder too ($BEBOP_REFERENCE_RUNS):
+what `bebop preview` writes then does not hang on which runs are shipped; a test about them points it at its own.
 
 Generator: nn.Module initialisation draws from torch's global generator, so without the reseeding a test's weights
 (and any margin it checks) would hang on which tests ran before it and in what order. The module-scoped seed covers
@@ -27,6 +28,7 @@ def pytest_configure(config: pytest.Config):
     # Before collection: huggingface_hub reads HF_HOME when test modules import it.
     for name in CACHES:  # the user's model caches are state too: a test makes what it reads
         os.environ[name] = tempfile.mkdtemp(prefix=f"bebop-test-{name.lower()}-")
+    os.environ["BEBOP_REFERENCE_RUNS"] = tempfile.mkdtemp(prefix="bebop-test-reference-runs-")  # none shipped
     if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core (pytest-xdist): one thread
         os.environ["OMP_NUM_THREADS"] = "1"  # each, its subprocesses' too, or two workers fight over each core
         torch.set_num_threads(1)

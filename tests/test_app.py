@@ -531,3 +531,41 @@ def test_default_selection_keeps_a_plain_baseline(tmp_path, monkeypatch):
     at = _app(tmp_path, monkeypatch, None)
     chosen = at.sidebar.multiselect(key="runs_selected").value
     assert len(chosen) == 5 and "plain" in chosen
+
+
+# ------------------------------------------------------------------------------------------------ reference runs
+@pytest.mark.parametrize("page", ("runs", *PAGES, "metrics"))
+def test_a_reference_run_opens_beside_the_preview_like_any_run(tmp_path, monkeypatch, page):
+    """What `bebop preview` copies of a shipped reference run (a `bebop rl` run packed without its checkpoint:
+    tests/reference_run.py) opens on every page beside the synthetic runs; the app writes nothing into it."""
+    from reference_run import NAME, packed_root
+
+    from bebop.cli import main
+
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root()))
+    root = tmp_path / "preview"
+    assert main(["preview", str(root), "--steps", "3"]) == 0
+    run = f"reference/{NAME}"
+    before = _snapshot(root / "reference")
+    at = _app(root, monkeypatch, [run, "no-mtp"])
+    at = at if page == "runs" else _page(at, page)
+    assert not at.exception, at.exception
+    if page == "runs":
+        table = at.dataframe[0].value.set_index("run")
+        assert (table.loc[run, "state"], table.loc[run, "policy"], table.loc[run, "head"]) == ("finished", "default",
+                                                                                               "e2e_tv")
+    elif page == "samples":  # the reference run's own rollouts, step by step
+        assert at.selectbox(key="samples_run").value == run and at.get("html") and _charts(at)
+        assert at.select_slider(key=f"samples_step_{run}").value == 3  # its last step
+    else:
+        assert any(t.get("legendgroup") == run or t.get("name") == run for c in _charts(at) for t in c["data"])
+    assert _snapshot(root / "reference") == before
+
+
+def test_dashboard_reference_opens_the_packed_runs_where_they_lie(monkeypatch):
+    from reference_run import NAME, packed_root
+
+    before = _snapshot(packed_root())
+    at = _page(_app(packed_root(), monkeypatch, [NAME]), "live")
+    assert not at.exception and _charts(at)
+    assert _snapshot(packed_root()) == before  # the package's folder is only read

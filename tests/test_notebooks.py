@@ -157,6 +157,7 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
     monkeypatch.setenv("BEBOP_PROFILE", "quick")
     monkeypatch.setenv("BEBOP_RUNS", str(tmp_path / "runs"))
     monkeypatch.delenv("PLOTLY_RENDERER", raising=False)  # the notebook's own choice, as a user's nbconvert gets it
+    monkeypatch.delenv("BEBOP_REFERENCE_RUNS", raising=False)  # the reference runs bebop ships, as a reader gets them
     nb = nbformat.read(path, as_version=4)
     budget = BUDGET_S[path.stem]
     client = notebook_client(nb, budget, resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
@@ -180,6 +181,48 @@ def test_notebook_runs_with_the_quick_profile(path: Path, tmp_path: Path, monkey
     assert runs, f"{path.name} wrote no run directory for the dashboard under BEBOP_RUNS"
     kinds = {json.loads(p.read_text())["kind"] for p in runs}
     assert kinds <= {"eval-mtp", "train-mtp", "rl"}, kinds
+
+
+REFERENCE_SECTION = {"01_entropy_bounds_acceptance": "## 5. On a real GRPO run (the reference runs)",
+                     "04_online_vs_pre_rl": "## 4. On a real GRPO run (the reference runs)"}
+
+
+def reference_section(path: Path):
+    """The notebook's last section alone, from its heading: it imports what it reads, so it runs without the rest."""
+    nb = nbformat.read(path, as_version=4)
+    start = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## ")][-1]
+    assert nb.cells[start].source.startswith(REFERENCE_SECTION[path.stem]), f"{path.name} ends with another section"
+    nb.cells = nb.cells[start:]
+    return nb
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["shipped", "none-shipped"])
+@pytest.mark.parametrize("stem", sorted(REFERENCE_SECTION))
+def test_the_reference_run_section_reads_the_shipped_runs(stem, shipped, tmp_path, monkeypatch):
+    """Notebooks 01 and 04 end by reading the reference runs bebop ships, under every profile and computing nothing:
+    here the section runs alone on the stand-in (tests/reference_run.py) and draws the law (01) or each head's
+    accept length over the steps (04) for every head and rule, its table, its reading from `bebop.claims` and how to
+    make the run again; with none shipped it says so and draws nothing."""
+    from reference_run import COMMIT, NAME, packed_root
+
+    monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root() if shipped else tmp_path / "none"))
+    nb = reference_section(NOTEBOOK_DIR / f"{stem}.ipynb")
+    notebook_client(nb, 300, resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    figures = [o["data"][PLOTLY_MIME] for o in outputs if PLOTLY_MIME in o.get("data", {})]
+    if not shipped:
+        assert markdown.startswith("**No reference run is shipped with this bebop**") and not figures and not text
+        return
+    assert [f["layout"]["title"]["text"].split(":")[0] for f in figures] == [NAME]
+    legend = [t["name"] for t in figures[0]["data"] if t.get("showlegend", True)]  # 01's names carry the fit
+    series = {name.split(" · slope")[0].split(" · too few")[0] for name in legend}
+    assert series == {f"{head} · {rule}" for head in ("rollout", "ce", "online-tv:e2e_tv", "online-ce:e2e_tv")
+                      for rule in ("rs", "to")}
+    assert any("text/html" in o.get("data", {}) for o in outputs)  # the shadow_summary table
+    assert markdown.startswith("**What this run found**") and f"{NAME}: " in markdown
+    assert "made by `bebop rl " in text and f"git checkout {COMMIT}" in text and "scripts/pack-reference-run " in text
 
 
 def render_html(nb) -> str:

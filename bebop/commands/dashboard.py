@@ -1,6 +1,7 @@
 """`bebop dashboard`: serve the live Streamlit dashboard over a runs root.
 
     bebop dashboard [--runs DIR] [--port N] [--host 127.0.0.1]
+    bebop dashboard --reference           # the reference runs bebop ships (real RL runs), read where they lie
 
 It runs `streamlit run` on the app shipped inside the package (`bebop/app/main.py`), so it works from a
 pip install as well as from a clone, with flags fit for watching a job: bound to localhost unless told
@@ -23,6 +24,9 @@ APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "main.py"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=Path, default=None,
                         help="runs root to show (default: $BEBOP_RUNS, else ./runs)")
+    parser.add_argument("--reference", action="store_true",
+                        help="show the reference runs bebop ships (real RL runs with their provenance), read where "
+                             "they lie, instead of a runs root")
     parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: only this machine can connect)")
@@ -59,8 +63,22 @@ def check_port(host: str, port: int) -> None:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
+    if args.reference:
+        return _reference_root(args)
     root = args.runs if args.runs is not None else Path(os.environ.get("BEBOP_RUNS") or "runs")
     return root.expanduser().resolve()
+
+
+def _reference_root(args: argparse.Namespace) -> Path:
+    """The folder of the shipped reference runs (the app only reads: it never writes into a run directory)."""
+    from bebop.runlog.reference import reference_root, reference_runs
+
+    if args.runs is not None:
+        raise ValueError("--reference and --runs name two roots: pass one of them")
+    root = reference_root()
+    if not reference_runs(root):
+        raise FileNotFoundError(f"no reference run is shipped in {root}: docs/real-model-rl.md says how they are made")
+    return root.resolve()
 
 
 def run(args: argparse.Namespace) -> int:  # never returns: the process becomes streamlit
