@@ -256,3 +256,16 @@ def test_dashboard_reference_serves_the_shipped_runs_where_they_lie(tmp_path, mo
     monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="no reference run is shipped in"):
         dashboard.runs_root(parser.parse_args(["--reference"]))
+
+
+def test_a_short_commit_is_written_as_its_full_hash(tmp_path):
+    from bebop.runlog.pack import full_commit
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "made it", when=1_800_000_000)
+    sha = _git(repo, "rev-parse", "HEAD")
+    assert full_commit(repo, sha[:7]) == sha and full_commit(repo, "HEAD") == sha
+    with pytest.raises(ValueError, match="is not a commit of"):
+        full_commit(repo, "deadbee")

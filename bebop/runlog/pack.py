@@ -62,6 +62,8 @@ def pack_run(run_dir: str | os.PathLike, name: str, *, command: str, commit: str
         if repo is None:
             raise ValueError("give the commit that made the run, or the git checkout to read it from")
         commit = head_commit(repo, started=float(meta.get("created") or time.time()))
+    elif repo is not None and not FULL_HASH.fullmatch(commit):
+        commit = full_commit(repo, commit)
     target = Path(root if root is not None else reference_root()) / name
     if target.exists() and not (force and is_reference_run(target)):
         why = "pass --force to replace it" if is_reference_run(target) else "it is not a reference run: not replaced"
@@ -129,19 +131,32 @@ def _write(run_dir: Path, kept: list[str], made: dict, target: Path) -> None:
         raise
 
 
+FULL_HASH = re.compile(r"[0-9a-f]{40}")  # a full hash is taken as given: a short one is resolved in the checkout
+
+
+def _git(repo: str | os.PathLike, *args: str) -> str:
+    return subprocess.run(["git", "-C", os.fspath(repo), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def full_commit(repo: str | os.PathLike, commit: str) -> str:
+    """The full hash of `commit` (a short hash, a tag, a branch) in the git checkout `repo`, so provenance names
+    one commit for good; refused when the checkout has no such commit."""
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    except (OSError, subprocess.CalledProcessError):
+        raise ValueError(f"--commit {commit!r} is not a commit of {repo}") from None
+
+
 def head_commit(repo: str | os.PathLike, *, started: float) -> str:
     """HEAD of the git checkout `repo`: the commit that made a run started at unix time `started`, unless HEAD was
     committed after it (then refused, naming the last commit before the run as the likely one)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", os.fspath(repo), *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
     try:
-        sha, when = git("log", "-1", "--format=%H %ct").split()
+        sha, when = _git(repo, "log", "-1", "--format=%H %ct").split()
     except (OSError, subprocess.CalledProcessError) as err:
         raise ValueError(f"{repo} is not a git checkout ({err}): pass --commit") from err
     if int(when) > started:
-        before = git("rev-list", "-1", f"--before={int(started)}", "HEAD")
+        before = _git(repo, "rev-list", "-1", f"--before={int(started)}", "HEAD")
         hint = f" (the last one before it on this branch: {before})" if before else ""
         raise ValueError(f"HEAD {sha[:12]} was committed after the run started ({_iso(started)}): pass --commit "
                          f"with the commit that made it{hint}")
