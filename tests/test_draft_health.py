@@ -47,6 +47,10 @@ def test_a_draft_that_parts_from_the_policy_raises_the_alarm_and_names_the_misma
     assert "mismatch term" in bad["draft_health/warning"]
     assert bad["draft_health/alarm"] == 1.0 and bad["draft_health/residual_hi"] < 0
     assert bad["draft_health/mismatch_part"] < -0.25 and abs(bad["draft_health/entropy_part"]) < 0.05
+    assert "stale or corrupt head" in bad["draft_health/warning"]
+    better = health.check(_step_counters(generator, mismatch=-0.4))  # accepts more than the law says: not the head
+    assert better["draft_health/alarm"] == 1.0 and better["draft_health/residual_lo"] > 0
+    assert "the law is stale" in better["draft_health/warning"] and "corrupt" not in better["draft_health/warning"]
 
 
 def _vllm_step_counters(generator: torch.Generator, *, entropy_shift: float = 0.0, mismatch: float = 0.0,

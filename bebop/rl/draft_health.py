@@ -91,6 +91,14 @@ def _predicted(fit: EntropyFit, counters: Mapping) -> float:
     return float(((fit.intercept + fit.slope * entropy) * reached).sum() / reached.sum())
 
 
+def _reading(residual: float) -> str:
+    """What an alarm's sign says: below the law, the draft has drifted from the policy; above it, the policy drafts
+    better than its first steps predicted (the law fitted then no longer describes it, not a fault of the head)."""
+    if residual < 0:
+        return "the draft no longer matches the policy (a stale or corrupt head?)"
+    return "the draft matches the policy better than the law fitted on the first steps predicts (the law is stale)"
+
+
 @dataclass(eq=False)
 class DraftHealth:
     """Feed it each RL step's counters (`check`); it fits the law on the first steps, then flags residuals."""
@@ -129,8 +137,7 @@ class DraftHealth:
             out[f"{PREFIX}warning"] = (
                 f"draft health: acceptance {measured:.3f} vs {predicted:.3f} predicted by the entropy law (residual "
                 f"{residual:+.3f}, interval [{residual - half:+.3f}, {residual + half:+.3f}]); Eq.-16 mismatch term "
-                f"{out[f'{PREFIX}mismatch_part']:+.3f}, entropy term {entropy_part:+.3f}: the draft no longer matches "
-                f"the policy (a stale or corrupt head?){outside}")
+                f"{out[f'{PREFIX}mismatch_part']:+.3f}, entropy term {entropy_part:+.3f}: {_reading(residual)}{outside}")
         return out
 
     def _fit(self) -> None:
