@@ -177,3 +177,28 @@ def test_on_an_avx2_cpu_the_probe_says_no_auto_picks_fp32_and_bf16_generation_ru
     done = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False", "False", "torch.float32", "[8,", "8]"], done.stdout
+
+
+@needs_packing
+def test_a_head_over_a_draft_vocabulary_drafts_through_one_packing_of_its_rows():
+    """The rows of the LM head a head with a draft vocabulary reads are packed too (once per gathered copy, not on
+    every call), with the plain results, and a changed LM head gets a fresh gather and packing."""
+    model, head = bf16_pair()
+    head.use_draft_vocab(torch.arange(3, 40))
+    hidden = torch.randn(2, 1, model.config.hidden_size, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        plain = head.logits(model, hidden)
+        with prepacked(model, head):
+            packed = [head.logits(model, hidden) for _ in range(3)]
+            rows = head.draft_weight(model)
+            assert rows in prepack._ROW_PACKINGS and len(prepack._ROW_PACKINGS) >= 1
+            packing = prepack._ROW_PACKINGS[rows]
+            head.logits(model, hidden)
+            assert prepack._ROW_PACKINGS[rows] is packing  # reused, not packed again
+    for logits in packed:
+        torch.testing.assert_close(logits, plain)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)  # an RL update in place: the next block must read the new rows
+    with torch.inference_mode(), prepacked(model, head):
+        assert head.draft_weight(model) is not rows
+        torch.testing.assert_close(head.logits(model, hidden), 2 * plain, rtol=2e-2, atol=2e-2)

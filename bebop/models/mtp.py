@@ -40,7 +40,7 @@ from bebop.draft_vocab import check_ids, scatter_probs
 from bebop.models.attention import cached_attend, cached_attention_setup, write_kv
 from bebop.models.config import ModelConfig
 from bebop.models.kvcache import KVCache
-from bebop.models.prepack import Linear, linear
+from bebop.models.prepack import Linear, linear, linear_rows
 from bebop.models.transformer import DecoderLayer, RMSNorm, Transformer, init_weights
 
 # What a head shares with its backbone: the token embedding and LM head (vocab_size, hidden_size), the rotary
@@ -127,7 +127,7 @@ class MTPHead(nn.Module):
         rows of the draft vocabulary when the head has one; K = V without)."""
         if self.draft_ids is None:
             return linear(hidden, backbone.lm_head, detach=True)
-        return F.linear(hidden, self.draft_weight(backbone))
+        return linear_rows(hidden, self.draft_weight(backbone))
 
     def draft_weight(self, backbone: Transformer) -> torch.Tensor:
         """W_S [K, d]: the backbone's LM head rows of the draft vocabulary (detached). Gathered once per version of
