@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--tasks", nargs="+", default=["math", "agent"],
                         help=f"tasks from {list(TASKS)} and/or datasets (jsonl:PATH, parquet:PATH, a save_to_disk "
-                             "directory) (default: %(default)s)")
+                             "directory) and reasoning-gym tasks (gym:NAME?FIELD=VALUE&...) (default: %(default)s)")
     add_prompt_args(parser)
     parser.add_argument("--heads", nargs="+", default=["e2e_tv"],
                         help=f"frozen heads to compare, each {HEAD_HELP} (default: %(default)s)")
