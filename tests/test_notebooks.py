@@ -125,8 +125,19 @@ def test_notebook_is_committed_clean_and_teaches(path: Path):
         f"{path.name}: the cell before the conclusion must assert (or check, `bebop.claims`) the headline")
 
 
-REAL_PROFILE = {"01_entropy_bounds_acceptance", "02_rejection_vs_greedy", "04_online_vs_pre_rl",
+REAL_PROFILE = {"01_entropy_bounds_acceptance", "02_rejection_vs_greedy", "03_tv_loss", "04_online_vs_pre_rl",
                 "05_end_to_end_speedup"}
+
+
+def parameters_and_profiles(path: Path) -> tuple[dict, dict]:
+    """(the names the notebook's parameters cell sets, its PROFILES) as the current environment makes them, without
+    running the rest of the notebook."""
+    nb = nbformat.read(path, as_version=4)
+    names: dict = {}
+    exec(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), names)
+    assignment = next(node for c in nb.cells if c.cell_type == "code" for node in ast.parse(c.source).body
+                      if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PROFILES")
+    return names, eval(compile(ast.Expression(assignment.value), path.name, "eval"), names)
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in REAL_PROFILE], ids=lambda p: p.stem)
@@ -136,17 +147,23 @@ def test_real_profile_runs_smollm2_and_reports_its_claims(path: Path, monkeypatc
     monkeypatch.setenv("BEBOP_PROFILE", "real")
     for name in ("BEBOP_POLICY", "BEBOP_HEADS", "BEBOP_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    nb = nbformat.read(path, as_version=4)
-    code = [c.source for c in nb.cells if c.cell_type == "code"]
-    names: dict = {}
-    exec(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), names)
+    names, profiles = parameters_and_profiles(path)
     assert names["policy_path"] == "smollm2" and names["threads"] == 0, (names["policy_path"], names["threads"])
-    assignment = next(node for cell in code for node in ast.parse(cell).body
-                      if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PROFILES")
-    profiles = eval(compile(ast.Expression(assignment.value), path.name, "eval"), names)
     assert profiles["real"].keys() == profiles["quick"].keys(), f"{path.name}: the real profile must size every setting"
-    source = "\n".join(code)
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
     assert "Claims(strict=not real)" in source and "claims.summary()" in source
+
+
+def test_tv_loss_profiles_make_valid_train_and_eval_configs():
+    """Notebook 03 builds a TrainMTPConfig and an EvalMTPConfig from each profile's settings: a setting out of range
+    fails here in a second, not after a SmolLM2 run has trained for minutes (CI runs only the quick profile)."""
+    from bebop.heads.config import TrainMTPConfig
+    from bebop.heads.evaluate import EvalMTPConfig
+
+    _, profiles = parameters_and_profiles(NOTEBOOK_DIR / "03_tv_loss.ipynb")
+    for settings in profiles.values():
+        train = TrainMTPConfig(**settings["train"])
+        EvalMTPConfig(temperatures=(train.temperature,), gamma=3, **settings["eval"])
 
 
 @pytest.mark.slow

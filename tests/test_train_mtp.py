@@ -78,6 +78,32 @@ def test_seeded_training_is_reproducible(policy, tmp_path):
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
+def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, tmp_path, monkeypatch):
+    """train_mtp(shared=...): heads trained with several objectives on one corpus (notebook 03's five losses) compute
+    the backbone's batches once, and each head is bit-identical to the one trained on batches of its own; other batch
+    settings make batches of their own. With a draft vocabulary, each run's S is chosen from the shared batches."""
+    import bebop.heads.train as heads_train
+
+    model, tokenizer = policy
+    made = []
+    real = heads_train.make_batches
+    monkeypatch.setattr(heads_train, "make_batches", lambda *a, **k: made.append(a[2].objective) or real(*a, **k))
+    config = dataclasses.replace(TrainMTPConfig.tiny(), draft_vocab=24)
+    shared: dict = {}
+    heads = {objective: train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective),
+                                  tmp_path / objective, data_path=tmp_path / "d", progress=False, shared=shared)
+             for objective in ("ce", "tv", "e2e_tv")}
+    assert made == ["ce"] and len(shared) == 1
+    for objective, head in heads.items():
+        alone = train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective), tmp_path / f"{objective}-1",
+                          data_path=tmp_path / "d", progress=False)
+        assert all(torch.equal(x, y) for x, y in zip(head.state_dict().values(), alone.state_dict().values()))
+        assert torch.equal(head.draft_ids, alone.draft_ids)
+    train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data_path=tmp_path / "d",
+              progress=False, shared=shared)
+    assert made[-1] == "e2e_tv" and len(made) == 5 and len(shared) == 2  # shared, three alone, another batch size
+
+
 def test_self_generated_data_is_policy_samples(policy):
     model, tokenizer = policy
     config = TrainMTPConfig.tiny()

@@ -33,6 +33,7 @@ on held-out sequences {step, mtp/eval/d_tv_mean, mtp/eval/d_tv_pos/{k}, mtp/eval
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +68,13 @@ GENERATION_WAIT = datetime.timedelta(hours=12)
 
 def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
               out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
-              resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
+              resume: bool = False, tasks: dict[str, Task] | None = None, shared: dict | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
     saves (bf16) to `out` when given. `data_path`: the corpus cache directory (default $BEBOP_CACHE/corpus).
-    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). Under torchrun
+    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). `shared`: a dict the caller
+    keeps across several runs on the same corpus (heads trained with different objectives): the first run keeps its
+    batches there, and a later one with the same data and batch settings reads them back instead of running the
+    backbone (and the LM head) over the corpus again, most of a short run's time on a real model. Under torchrun
     (bebop.distributed) each step's batch is split by rows over the ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -92,7 +96,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         sampling = torch.bfloat16 if use_bf16 else torch.float32  # as the policy's rollouts sample
         data = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling, log=say)
                                             if main else None, wait=GENERATION_WAIT)
-        head, weight, train, held = _prepare(model, tokenizer, tasks, data, config, use_bf16, checkpoint, say)
+        head, weight, train, held = _prepare(model, tokenizer, tasks, data, config, use_bf16, checkpoint, say, shared)
         head = head.to(device)
         head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
         writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
@@ -111,23 +115,33 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
 
 
 def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, config: TrainMTPConfig,
-             use_bf16: bool, checkpoint: dict | None, say) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
+             use_bf16: bool, checkpoint: dict | None, say, shared: dict | None = None
+             ) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
     """(the head to train, with its draft vocabulary when it has one; the LM head weight it trains through; the
-    training and held-out batches)."""
+    training and held-out batches). `shared`: batches of earlier runs, by what made them (`train_mtp`)."""
     weight = lm_head_weight(model, use_bf16, vocab_limit(tokenizer, model.config.vocab_size))  # [V, d]
     head = new_head(model, config)
     if checkpoint is not None and checkpoint.get("draft_ids") is not None:  # the resumed run's own S
         head.use_draft_vocab(checkpoint["draft_ids"])
     on_vocab = config.draft_vocab is not None or head.draft_ids is not None
-    say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
-    batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None)
+    # data["key"] names the corpus and the policy that wrote it (its weights' fingerprint), and the temperature the
+    # log-normalisers are taken at: with the batch settings, all that fixes the batches
+    made_by = json.dumps([data["key"], config.batch_size, config.depth, use_bf16, on_vocab], sort_keys=True)
+    if shared is not None and made_by in shared:
+        batches = shared[made_by]
+        say("the backbone's hidden states" + (" and log-normalisers" if on_vocab else "") + ", from an earlier run")
+    else:
+        say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
+        batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None)
+        if shared is not None:
+            shared[made_by] = batches
     train, held = split_heldout(batches, config.heldout_fraction)
     if on_vocab and head.draft_ids is None:
         head.use_draft_vocab(choose_draft_vocab(train, config.draft_vocab, stop_ids(tokenizer, tasks.values())))
         say(f"draft vocabulary: the {config.draft_vocab} ids with the most of the policy's probability on the "
             f"training split (its stop ids included)")
-    for batch in batches:
-        batch.pop("mass", None)
+    # the mass only chooses S: this run trains on copies without it, and the batches stay whole for a run sharing them
+    train, held = ([{k: v for k, v in b.items() if k != "mass"} for b in part] for part in (train, held))
     return head, weight, train, held
 
 
