@@ -15,6 +15,7 @@ import bebop.heads.step as heads_step
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
 from bebop.heads.config import TrainMTPConfig
+from bebop.heads.corpus import CorpusSource
 from bebop.heads.corpus import DATA_SEED, load_corpus
 from bebop.heads.data import anchor_mask
 from bebop.heads.train import load_frozen_policy, train_mtp
@@ -45,7 +46,7 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     model, tokenizer = policy
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = TrainMTPConfig.tiny(objective)
-    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "data",
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data=CorpusSource(tmp_path / "data"),
                      out=tmp_path / "head", progress=False)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "the backbone must stay bit-identical"
@@ -71,15 +72,15 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
 def test_seeded_training_is_reproducible(policy, tmp_path):
     model, tokenizer = policy
     config = TrainMTPConfig.tiny("tv")
-    a = train_mtp(model, tokenizer, config, tmp_path / "a", data_path=tmp_path / "d", progress=False)
-    b = train_mtp(model, tokenizer, config, tmp_path / "b", data_path=tmp_path / "d", progress=False)
+    a = train_mtp(model, tokenizer, config, tmp_path / "a", data=CorpusSource(tmp_path / "d"), progress=False)
+    b = train_mtp(model, tokenizer, config, tmp_path / "b", data=CorpusSource(tmp_path / "d"), progress=False)
     c = train_mtp(model, tokenizer, dataclasses.replace(config, seed=1), tmp_path / "c", progress=False)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
 def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, tmp_path, monkeypatch):
-    """train_mtp(shared=...): heads trained with several objectives on one corpus (notebook 03's five losses) compute
+    """train_mtp(data=CorpusSource(cache, shared)): heads trained with several objectives on one corpus (notebook 03's five losses) compute
     the backbone's batches once, and each head is bit-identical to the one trained on batches of its own; other batch
     settings make batches of their own. With a draft vocabulary, each run's S is chosen from the shared batches."""
     import bebop.heads.train as heads_train
@@ -91,16 +92,16 @@ def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, t
     config = dataclasses.replace(TrainMTPConfig.tiny(), draft_vocab=24)
     shared: dict = {}
     heads = {objective: train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective),
-                                  tmp_path / objective, data_path=tmp_path / "d", progress=False, shared=shared)
+                                  tmp_path / objective, data=CorpusSource(tmp_path / "d", shared), progress=False)
              for objective in ("ce", "tv", "e2e_tv")}
     assert made == ["ce"] and len(shared) == 1
     for objective, head in heads.items():
         alone = train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective), tmp_path / f"{objective}-1",
-                          data_path=tmp_path / "d", progress=False)
+                          data=CorpusSource(tmp_path / "d"), progress=False)
         assert all(torch.equal(x, y) for x, y in zip(head.state_dict().values(), alone.state_dict().values()))
         assert torch.equal(head.draft_ids, alone.draft_ids)
-    train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data_path=tmp_path / "d",
-              progress=False, shared=shared)
+    train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data=CorpusSource(tmp_path / "d", shared),
+              progress=False)
     assert made[-1] == "e2e_tv" and len(made) == 5 and len(shared) == 2  # shared, three alone, another batch size
 
 
@@ -213,7 +214,7 @@ def test_a_head_over_a_draft_vocabulary_trains_saves_and_resumes_it(policy, tmp_
     the same S; an adaptation keeps its init's S and refuses another size."""
     model, tokenizer = policy
     config = dataclasses.replace(TrainMTPConfig.tiny("e2e_tv"), draft_vocab=24, checkpoint_every=2)
-    head = train_mtp(model, tokenizer, config, tmp_path / "run", data_path=tmp_path / "d", out=tmp_path / "h",
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data=CorpusSource(tmp_path / "d"), out=tmp_path / "h",
                      progress=False)
     assert head.draft_size == 24 and tokenizer.eos_id in head.draft_ids.tolist()
     evals = read_stream(tmp_path / "run" / "eval.jsonl")
@@ -221,15 +222,15 @@ def test_a_head_over_a_draft_vocabulary_trains_saves_and_resumes_it(policy, tmp_
                for r in evals)
     assert torch.equal(load_head(tmp_path / "h", model.config).draft_ids, head.draft_ids)
     longer = dataclasses.replace(config, steps=config.steps + 2)
-    resumed = train_mtp(model, tokenizer, longer, tmp_path / "run", data_path=tmp_path / "d", progress=False,
+    resumed = train_mtp(model, tokenizer, longer, tmp_path / "run", data=CorpusSource(tmp_path / "d"), progress=False,
                         resume=True)
     assert torch.equal(resumed.draft_ids, head.draft_ids)
     adapted = train_mtp(model, tokenizer, dataclasses.replace(TrainMTPConfig.tiny("ce"), init_head=str(tmp_path / "h")),
-                        tmp_path / "ce", data_path=tmp_path / "d", progress=False)
+                        tmp_path / "ce", data=CorpusSource(tmp_path / "d"), progress=False)
     assert torch.equal(adapted.draft_ids, head.draft_ids)
     with pytest.raises(ValueError, match="drafts over 24 ids, not --draft-vocab 30"):
         train_mtp(model, tokenizer, dataclasses.replace(config, init_head=str(tmp_path / "h"), draft_vocab=30),
-                  tmp_path / "x", data_path=tmp_path / "d", progress=False)
+                  tmp_path / "x", data=CorpusSource(tmp_path / "d"), progress=False)
 
 
 def test_learning_rate_schedules():

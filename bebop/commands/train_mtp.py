@@ -23,6 +23,7 @@ from bebop.data.tasks import dataset_config
 from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device
 from bebop.heads.config import TrainMTPConfig
+from bebop.heads.corpus import CorpusSource
 from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.policy import POLICY_HELP
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
     run_dir = distributed.broadcast_object(run_dir)
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data_path=args.data, out=args.out, mirrors=mirrors,
+    train_mtp(model, tokenizer, config, run_dir, data=CorpusSource(args.data), out=args.out, mirrors=mirrors,
               resume=args.resume, tasks=tasks)
     main = distributed.is_main()
     distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)

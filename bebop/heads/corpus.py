@@ -19,6 +19,7 @@ import copy
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -115,3 +116,14 @@ def load_corpus(cache: Path | None, model: Transformer, tokenizer, config: Train
     order = order[: config.num_sequences]
     return {"tokens": [tokens[i] for i in order], "trainable": [trainable[i] for i in order],
             "key": {**config.data_key(), "policy": policy}}
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """Where `train_mtp` finds its data: the corpus cache directory `cache` (None: $BEBOP_CACHE/corpus) and, when
+    several runs train on the same corpus (heads with different objectives), a dict `batches` they share: the first
+    run keeps the backbone's batches there and a later one with the same data and batch settings reads them back
+    instead of running the backbone (and the LM head) over the corpus again."""
+
+    cache: Path | None = None
+    batches: dict | None = None

@@ -48,7 +48,7 @@ from bebop.data.tasks import get as get_task
 from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig, learning_rate
-from bebop.heads.corpus import load_corpus
+from bebop.heads.corpus import CorpusSource, load_corpus
 from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
 from bebop.models.checkpoint import save_head
@@ -66,15 +66,13 @@ from bebop.runlog.setup import one_or_all, setup_keys
 GENERATION_WAIT = datetime.timedelta(hours=12)
 
 
-def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *, data_path: Path | None = None,
-              out: Path | None = None, progress: bool = True, mirrors: Sequence[Mirror] = (),
-              resume: bool = False, tasks: dict[str, Task] | None = None, shared: dict | None = None) -> MTPHead:
+def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *,
+              data: CorpusSource = CorpusSource(), out: Path | None = None, progress: bool = True,
+              mirrors: Sequence[Mirror] = (), resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
     """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. `data_path`: the corpus cache directory (default $BEBOP_CACHE/corpus).
-    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). `shared`: a dict the caller
-    keeps across several runs on the same corpus (heads trained with different objectives): the first run keeps its
-    batches there, and a later one with the same data and batch settings reads them back instead of running the
-    backbone (and the LM head) over the corpus again, most of a short run's time on a real model. Under torchrun
+    saves (bf16) to `out` when given. `data`: the corpus cache directory and the batches shared with other runs
+    (`CorpusSource`; on a real model the backbone's pass is most of a short run's time).
+    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). Under torchrun
     (bebop.distributed) each step's batch is split by rows over the ranks and rank 0 alone writes."""
     torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -92,11 +90,12 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         say = _teller(writer, progress and main)
         # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
         # as long as generating takes (hours for a large data set: far past a collective's timeout).
-        cache = data_path if data_path is not None else cache_root() / "corpus"
+        cache = data.cache if data.cache is not None else cache_root() / "corpus"
         sampling = torch.bfloat16 if use_bf16 else torch.float32  # as the policy's rollouts sample
-        data = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling, log=say)
-                                            if main else None, wait=GENERATION_WAIT)
-        head, weight, train, held = _prepare(model, tokenizer, tasks, data, config, use_bf16, checkpoint, say, shared)
+        corpus = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling,
+                                                          log=say) if main else None, wait=GENERATION_WAIT)
+        head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, config, use_bf16, checkpoint, say,
+                                             data.batches)
         head = head.to(device)
         head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
         writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
