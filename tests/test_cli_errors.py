@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_checks import one_error_line
+from cli_checks import no_load, one_error_line, snapshot
 from rich.console import Console
 
 from bebop.cli import main
@@ -22,19 +22,11 @@ from bebop.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _no_load(*args, **kwargs):
-    raise AssertionError("a model was loaded before the arguments were checked")
-
-
-def _snapshot(path: Path) -> dict:
-    return {p.relative_to(path): (p.read_bytes(), p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file()}
-
-
 @pytest.fixture
 def no_rl_model(monkeypatch):
     import bebop.commands.rl as rl
 
-    monkeypatch.setattr(rl, "load_policy", _no_load)
+    monkeypatch.setattr(rl, "load_policy", no_load)
 
 
 @pytest.fixture
@@ -49,22 +41,22 @@ def old_run(tmp_path) -> Path:
 
 # ---------------------------------------------------------------------------------- 13: rl --out on a used directory
 def test_rl_refuses_a_non_empty_out_in_one_line_naming_resume(old_run, no_rl_model, capsys):
-    before = _snapshot(old_run)
+    before = snapshot(old_run)
     assert main(["rl", "--out", str(old_run)]) == 2
     line = one_error_line(capsys)
     assert f"--out {old_run} is not empty: pass --resume" in line
-    assert _snapshot(old_run) == before
+    assert snapshot(old_run) == before
 
 
 def test_rl_refuses_a_non_empty_out_from_a_real_process(old_run):
     """The issue's exact command: no traceback, one line, exit 2."""
-    before = _snapshot(old_run)
+    before = snapshot(old_run)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "bebop", "rl", "--out", str(old_run)], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "--resume" in done.stderr, done.stderr
-    assert _snapshot(old_run) == before
+    assert snapshot(old_run) == before
 
 
 @pytest.mark.parametrize("argv, names", [
@@ -93,7 +85,7 @@ def test_rl_refuses_bad_values_before_loading(tmp_path, no_rl_model, capsys, arg
 def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
     import bebop.commands.bench.engine as engine
 
-    monkeypatch.setattr(engine, "bench_model", _no_load)
+    monkeypatch.setattr(engine, "bench_model", no_load)
     assert main(["bench", "engine", "--no-hf", "--no-compile"] + argv) == 2
     assert flag in one_error_line(capsys)
 
@@ -111,7 +103,7 @@ def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
 def test_bench_rl_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
     import bebop.policy
 
-    monkeypatch.setattr(bebop.policy, "load_policy_heads", _no_load)
+    monkeypatch.setattr(bebop.policy, "load_policy_heads", no_load)
     assert main(["bench", "rl"] + argv) == 2
     assert flag in one_error_line(capsys)
 
@@ -128,7 +120,7 @@ def test_bench_losses_checks_its_numbers_first(capsys, argv, flag):
 def test_a_missing_policy_directory_is_one_line_before_loading(monkeypatch, tmp_path, capsys, command):
     import bebop.models.checkpoint
 
-    monkeypatch.setattr(bebop.models.checkpoint, "load_pretrained", _no_load)
+    monkeypatch.setattr(bebop.models.checkpoint, "load_pretrained", no_load)
     argv = [a.format(tmp=tmp_path) for a in command] + ["--policy", str(tmp_path / "nowhere")]
     assert main(argv) == 2
     assert f"--policy {tmp_path / 'nowhere'}: no such directory" in one_error_line(capsys)
@@ -138,11 +130,11 @@ def test_a_missing_policy_directory_is_one_line_before_loading(monkeypatch, tmp_
 # ------------------------------------------------------------------------- 15: the hint, and resuming a finished run
 def test_resuming_a_finished_run_says_so_once_and_points_at_the_dashboard(old_run, no_rl_model, capsys):
     (old_run / "status.json").write_text(json.dumps({"state": "finished", "step": 15}))
-    before = _snapshot(old_run)
+    before = snapshot(old_run)
     assert main(["rl", "--out", str(old_run), "--resume", "--steps", "16"]) == 0
     captured = capsys.readouterr()
     assert captured.out.count("already finished") == 1 and captured.err == ""
-    assert _snapshot(old_run) == before
+    assert snapshot(old_run) == before
     hint = next(line for line in captured.out.splitlines() if "bebop dashboard" in line)
     # The hint is a command `bebop dashboard` itself accepts, showing the run's parent directory.
     from bebop.commands import dashboard

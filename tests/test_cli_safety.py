@@ -12,20 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_checks import one_error_line
+from cli_checks import no_load, one_error_line, snapshot
 
 from bebop import cli
 from bebop.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _no_load(*args, **kwargs):
-    raise AssertionError("work started before the arguments were checked")
-
-
-def _snapshot(path: Path) -> dict:
-    return {p.relative_to(path): (p.read_bytes(), p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file()}
 
 
 @pytest.fixture
@@ -35,10 +27,10 @@ def no_work(monkeypatch):
     import bebop.commands.train_mtp as train_mtp
     import bebop.policy
 
-    monkeypatch.setattr(train_mtp, "load_frozen_policy", _no_load)
-    monkeypatch.setattr(pretrain, "pretrain", _no_load)
-    monkeypatch.setattr(eval_mtp, "load_policy_heads", _no_load)
-    monkeypatch.setattr(bebop.policy, "load_policy_heads", _no_load)
+    monkeypatch.setattr(train_mtp, "load_frozen_policy", no_load)
+    monkeypatch.setattr(pretrain, "pretrain", no_load)
+    monkeypatch.setattr(eval_mtp, "load_policy_heads", no_load)
+    monkeypatch.setattr(bebop.policy, "load_policy_heads", no_load)
 
 
 @pytest.fixture
@@ -53,11 +45,11 @@ def head(tmp_path) -> Path:
 
 # ------------------------------------------------------------------------------------ overwrites: train-mtp, pretrain
 def test_train_mtp_refuses_an_out_that_holds_a_head(head, no_work, capsys):
-    before = _snapshot(head)
+    before = snapshot(head)
     assert main(["train-mtp", "--tiny", "--objective", "ce", "--out", str(head)]) == 2
     line = one_error_line(capsys)
     assert f"--out {head} already holds a head" in line and "--force" in line
-    assert _snapshot(head) == before
+    assert snapshot(head) == before
 
 
 def test_train_mtp_force_replaces_the_head(head, tmp_path, capsys):
@@ -115,10 +107,10 @@ def test_eval_mtp_and_bench_rl_refuse_used_directories(tmp_path, no_work, capsys
 def test_preview_reruns_refuse_cleanly_and_force_replaces(tmp_path, capsys):
     root = tmp_path / "pv"
     assert main(["preview", str(root), "--steps", "3"]) == 0
-    before = _snapshot(root)
+    before = snapshot(root)
     assert main(["preview", str(root), "--steps", "3"]) == 2
     assert "already hold preview runs: pass --force" in one_error_line(capsys)
-    assert _snapshot(root) == before
+    assert snapshot(root) == before
     assert main(["preview", str(root), "--steps", "4", "--force"]) == 0
     assert json.loads((root / "rs-ce" / "status.json").read_text())["step"] == 3  # rewritten: 4 steps
 
@@ -146,7 +138,7 @@ def test_preview_never_replaces_nor_half_writes_beside_a_real_run(tmp_path, caps
 def test_a_bad_jsonl_names_the_row_and_the_cause(tmp_path, monkeypatch, capsys, content, cause):
     import bebop.commands.rl as rl
 
-    monkeypatch.setattr(rl, "load_policy", _no_load)
+    monkeypatch.setattr(rl, "load_policy", no_load)
     data = tmp_path / "data.jsonl"
     data.write_text(content)
     assert main(["rl", "--task", f"jsonl:{data}", "--out", str(tmp_path / "run")]) == 2
