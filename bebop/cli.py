@@ -36,6 +36,8 @@ BENCHMARKS = {
                   "one train-mtp step at a real vocabulary: dense logits, chunked hidden states and draft vocabularies, "
                   "peak memory and time"),
     "memory": ("bebop.commands.bench.memory", "the peak resident memory of whole bebop jobs, each in a fresh process"),
+    "corpus": ("bebop.commands.bench.corpus",
+               "answers per minute of train-mtp's corpus generation: plain sampling beside drafting with a head (RS)"),
     "coverage": ("bebop.commands.bench.coverage",
                  "the soft coverage p(S) of draft vocabularies of K ids on the policy's own samples"),
 }

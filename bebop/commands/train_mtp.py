@@ -26,7 +26,7 @@ from bebop.heads.config import TrainMTPConfig
 from bebop.heads.corpus import CorpusSource
 from bebop.heads.train import load_frozen_policy, train_mtp
 from bebop.losses import OBJECTIVES
-from bebop.policy import POLICY_HELP
+from bebop.policy import POLICY_HELP, check_policy, resolve_head
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
 
@@ -40,7 +40,19 @@ FIELDS = {"objective": None, "depth": "γ_train recursive draft steps", "tempera
           "lr_schedule": "after the warmup: constant, or cosine down to 0 at the last step", "grad_clip": "max gradient norm",
           "eval_every": "held-out evaluation every N steps",
           "checkpoint_every": "steps between checkpoints in the run directory, 0 = only at the end",
-          "seed": "seed of the data and the head's initialisation", "threads": "torch threads"}
+          "seed": "seed of the data and the head's initialisation", "threads": "torch threads",
+          "corpus_head": "a head that drafts while the policy writes the corpus, verified by RS (exact: the answers "
+                         "keep the policy's distribution); a name under the policy's heads/, a directory or lookup",
+          "corpus_gamma": "draft depth while generating the corpus with --corpus-head: an int or auto",
+          "corpus_rows": "prompts per engine call while generating the corpus"}
+
+
+def _gamma(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+# Flags whose type is not their default's
+KINDS = {"corpus_head": str, "corpus_gamma": _gamma}
 
 
 def _default(field: str) -> str:
@@ -57,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the head's loss, one of {', '.join(OBJECTIVES)} (default: %(default)s)")
     for field, what in FIELDS.items():
         if what is not None:
-            kind = type(getattr(TrainMTPConfig(), field))
+            kind = KINDS.get(field, type(getattr(TrainMTPConfig(), field)))
             parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
                                 help=f"{what} ({_default(field)})")
     parser.add_argument("--tasks", nargs="+", default=None,
@@ -107,11 +119,13 @@ def run(args: argparse.Namespace) -> int:
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
     model, tokenizer = load_frozen_policy(args.policy)
+    # the head that drafts while the policy writes the corpus (its dtype follows the sampler's there)
+    drafter = None if config.corpus_head is None else resolve_head(config.corpus_head, model, check_policy(args.policy))
     run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
     # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
     run_dir = distributed.broadcast_object(run_dir)
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data=CorpusSource(args.data), out=args.out, mirrors=mirrors,
+    train_mtp(model, tokenizer, config, run_dir, data=CorpusSource(args.data, drafter=drafter), out=args.out, mirrors=mirrors,
               resume=args.resume, tasks=tasks)
     main = distributed.is_main()
     distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)

@@ -11,6 +11,9 @@ from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
 
 LR_SCHEDULES = ("constant", "cosine")
+# Prompts per engine call while the corpus is generated: a few dozen rows keep a CPU's step near its best tokens/s,
+# and each call's padded batch (rows that finish early idle until the longest does) small.
+GENERATION_ROWS = 64
 
 
 def learning_rate(config: TrainMTPConfig, step: int) -> float:
@@ -33,6 +36,12 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     tasks: tuple[str, ...] = ("math", "code", "agent")
     num_sequences: int = 480  # self-generated sequences (per run, all tasks together)
     max_new_tokens: int = 240
+    # How the corpus is generated (bebop.heads.corpus): a head spec that drafts while the policy writes it, verified
+    # by RS at depth corpus_gamma (an int, or "auto"), which leaves the answers' distribution the policy's
+    # (None: plain sampling); and the prompts per engine call.
+    corpus_head: str | None = None
+    corpus_gamma: int | str = 3
+    corpus_rows: int = GENERATION_ROWS
     heldout_fraction: float = 0.1
     steps: int = 250
     batch_size: int = 16
@@ -58,7 +67,8 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
             raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
         check_prompt_fields(self)
         check_task_names(self.tasks)  # a dataset is read once, where the job builds its tasks
-        for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads"):
+        for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads",
+                     "corpus_rows"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
@@ -73,6 +83,11 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         if self.draft_vocab is not None and (isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int)
                                              or self.draft_vocab < 1):
             raise ValueError(f"TrainMTPConfig.draft_vocab must be a positive int or None, got {self.draft_vocab!r}")
+        if self.corpus_gamma != "auto" and (isinstance(self.corpus_gamma, bool) or not isinstance(self.corpus_gamma, int)
+                                            or self.corpus_gamma < 1):
+            raise ValueError(f"TrainMTPConfig.corpus_gamma must be a positive int or 'auto', got {self.corpus_gamma!r}")
+        if self.corpus_head is not None and (not isinstance(self.corpus_head, str) or not self.corpus_head):
+            raise ValueError(f"TrainMTPConfig.corpus_head must be a head spec or None, got {self.corpus_head!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.autocast not in ("auto", "bf16", "fp32"):
@@ -88,4 +103,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         """The settings that fix the self-generated data (a --data cache must match them and the policy)."""
         names = ("temperature", "tasks", "num_sequences", "max_new_tokens", "seed", "prompt_key", "answer_key",
                  "chat_template", "system_prompt")
-        return {k: getattr(self, k) for k in names}
+        key = {k: getattr(self, k) for k in names}
+        if self.corpus_head is not None:  # other samples of the same distribution: only where set (keys stay)
+            key.update(corpus_head=self.corpus_head, corpus_gamma=self.corpus_gamma)
+        if self.corpus_rows != GENERATION_ROWS:
+            key["corpus_rows"] = self.corpus_rows
+        return key

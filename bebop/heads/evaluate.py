@@ -1,7 +1,8 @@
 """Speculative acceptance of MTP heads by method, temperature and task (PAPER Table 2, §3): the sweep behind
 `bebop eval-mtp` and notebooks 01-03.
 
-For every task and temperature the same held-out prompts are answered by the `Engine` with every
+For every task and temperature the same held-out prompts (a task's held-out split where it has one, `heldout()`; else
+prompts of a seed no corpus draws) are answered by the `Engine` with every
 (head, method) at depth `--gamma` (3), and we measure, from the engine's own counters:
     acceptance rate (accepted drafts / drafted), accept length (1 + accepted / verify steps), the
     per-position conditional acceptance alpha_pos/i, and the mean target entropy at the draft positions.
@@ -177,7 +178,8 @@ def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples,
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
         "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
-        "reward": sum(task.rewards(examples, [c.text for c in completions])) / len(examples),
+        "reward": (sum(task.rewards(examples, [c.text for c in completions])) / len(examples)
+                   if getattr(task, "verifiable", True) else math.nan),  # chat: no verifier
     }
     return row, completions
 
@@ -189,7 +191,9 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, wr
     rows, console = [], Console(stderr=True, quiet=not progress)
     tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     for task_name in config.tasks:
-        task = tasks[task_name]
+        # a task with a held-out split (reasoning-gym's questions, the code styles' functions, chat's requests) is
+        # measured on it: prompts a head's corpus, drawn from the training split, never holds
+        task = tasks[task_name].heldout() if hasattr(tasks[task_name], "heldout") else tasks[task_name]
         examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
         for temperature in config.temperatures:
             for label, head in heads.items():

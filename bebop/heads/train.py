@@ -93,7 +93,8 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
         cache = data.cache if data.cache is not None else cache_root() / "corpus"
         sampling = torch.bfloat16 if use_bf16 else torch.float32  # as the policy's rollouts sample
         corpus = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling,
-                                                          log=say) if main else None, wait=GENERATION_WAIT)
+                                                          log=say, drafter=data.drafter) if main else None,
+                                              wait=GENERATION_WAIT)
         head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, config, use_bf16, checkpoint, say,
                                              data.batches)
         head = head.to(device)

@@ -11,6 +11,8 @@ saved with `datasets`' `save_to_disk`, with a `DatasetConfig` for its column nam
 HumanEval / MBPP layout (prompt, test, entry_point) are code rewarded by their tests (see `code_tests`).
 A reasoning-gym dataset is `get("gym:chain_sum?max_terms=2&max_digits=1")`: its config fields set the difficulty (see
 `gym_spec`; reasoning-gym is the optional extra `bebop[gym]`), its held-out questions are `task.heldout()` (see `gym`).
+Prompt families for head corpora and acceptance, with no teacher: "code_doc", "code_prose", "code_fix" (code in three
+styles, rewarded by tests: `code_styles`) and "chat" (no verifier: `chat`); each has a `heldout()` split too.
 
 See `base` for the shared contract, and each module for its texts, levels and verifier.
 """
@@ -21,7 +23,9 @@ from typing import Sequence
 
 from bebop.data.tasks.agent import AgentConfig, AgentEnv, AgentTask, tool_mask
 from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_completion
+from bebop.data.tasks.chat import ChatTask
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
+from bebop.data.tasks.code_styles import CodeStyleTask
 from bebop.data.tasks.code_tests import CodeTestsConfig, CodeTestsTask, program_text
 from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_config, dataset_task, is_dataset_spec
 from bebop.data.tasks.gym import GymTask
@@ -29,6 +33,9 @@ from bebop.data.tasks.gym_spec import GymSpec, is_gym_spec, parse_spec
 from bebop.data.tasks.math import MathConfig, MathTask
 
 TASKS = {"math": (MathTask, MathConfig), "code": (CodeTask, CodeConfig), "agent": (AgentTask, AgentConfig)}
+# Built-in prompt families without a teacher or settings (head corpora and acceptance; `code_styles`, `chat`)
+PROMPT_TASKS = {"code_doc": lambda: CodeStyleTask("doc"), "code_prose": lambda: CodeStyleTask("prose"),
+                "code_fix": lambda: CodeStyleTask("fix"), "chat": ChatTask}
 
 
 def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig | None = None) -> Task:
@@ -43,13 +50,17 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
         if config is not None and not isinstance(config, DatasetConfig):
             raise ValueError(f"task {name!r} takes its settings in the spec, not a {type(config).__name__}")
         return GymTask(name)
+    if name in PROMPT_TASKS:
+        if config is not None and not isinstance(config, DatasetConfig):
+            raise ValueError(f"task {name!r} takes no settings, got a {type(config).__name__}")
+        return PROMPT_TASKS[name]()
     if name in TASKS:
         task_cls, config_cls = TASKS[name]
         config = None if isinstance(config, DatasetConfig) else config
     elif is_dataset_spec(name):
         task_cls, config_cls = DatasetTask, DatasetConfig
     else:
-        raise ValueError(f"unknown task {name!r}; valid names: {sorted(TASKS)}, or a dataset: jsonl:PATH, "
+        raise ValueError(f"unknown task {name!r}; valid names: {sorted(TASKS) + sorted(PROMPT_TASKS)}, or a dataset: jsonl:PATH, "
                          "parquet:PATH or a directory saved with datasets' save_to_disk, or gym:NAME?FIELD=VALUE&...")
     if config is not None and not isinstance(config, config_cls):
         raise ValueError(f"config for {name!r} must be a {config_cls.__name__}, got {type(config).__name__}")
@@ -66,13 +77,13 @@ def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
     for name in names:
         if is_gym_spec(name):
             parse_spec(name)  # the dataset and its settings, checked against its config (no problem is drawn)
-        elif not isinstance(name, str) or name not in TASKS and not is_dataset_spec(name):
+        elif not isinstance(name, str) or name not in TASKS and name not in PROMPT_TASKS and not is_dataset_spec(name):
             get(name)  # the one-line refusal of a name that is neither
     return names
 
 
 __all__ = [
-    "TASKS", "get", "check_task_names", "dataset_config", "Example", "Task", "Rng", "parse_answer", "strip_completion",
+    "TASKS", "PROMPT_TASKS", "ChatTask", "CodeStyleTask", "get", "check_task_names", "dataset_config", "Example", "Task", "Rng", "parse_answer", "strip_completion",
     "MathTask", "MathConfig",
     "CodeTask", "CodeConfig", "ProgramRejected", "check_program", "AgentTask", "AgentConfig", "AgentEnv", "tool_mask",
     "DatasetTask", "DatasetConfig", "is_dataset_spec", "dataset_task", "CodeTestsTask", "CodeTestsConfig",

@@ -87,7 +87,9 @@ class CodeTestsTask(RowsTask):
         for example, completion in zip(examples, completions):
             self._check(example)
             text = strip_completion(completion) if isinstance(completion, str) else ""
-            jobs.append(_harnessed(program_text(example.prompt, text, example.meta["entry_point"]), example.meta))
+            # the code a completion continues or replaces: the prompt, unless the row names another (a prompt in prose)
+            stub = example.meta.get("stub", example.prompt)
+            jobs.append(_harnessed(program_text(stub, text, example.meta["entry_point"]), example.meta))
         results = run_many([s for s, _ in jobs], config=self.config.sandbox, max_workers=self.config.max_workers)
         return [1.0 if _passed(r, nonce) else 0.0 for (_, nonce), r in zip(jobs, results)]
 
