@@ -35,7 +35,9 @@ from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 FIELDS = {"objective": None, "depth": "γ_train recursive draft steps", "temperature": "rollout temperature",
           "num_sequences": "self-generated sequences, all tasks together",
           "max_new_tokens": "tokens per self-generated completion", "steps": "optimiser steps",
-          "batch_size": "sequences per step", "lr": "peak learning rate (AdamW)",
+          "batch_size": "sequences per step",
+          "length_bucket": "each batch's length rounded up to a multiple of this (fewer shapes: less heap)",
+          "lr": "peak learning rate (AdamW)",
           "warmup_frac": "linear warmup, fraction of steps",
           "lr_schedule": "after the warmup: constant, or cosine down to 0 at the last step", "grad_clip": "max gradient norm",
           "eval_every": "held-out evaluation every N steps",
@@ -86,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft over the K ids carrying the most of the policy's probability on the corpus, its "
                              "stop ids included (EAGLE-3's draft vocabulary): a step and a draft cost K/V of the LM "
                              "head (default: the whole vocabulary; with --init, the init head's)")
+    parser.add_argument("--feature-layers", type=int, nargs="+", default=None, metavar="LAYER",
+                        help="fused features (EAGLE-3's): the head also reads these decoder layers' residual streams "
+                             "(0-based, increasing, below the last), through a learned projection with the top hidden "
+                             "(default: the top hidden alone; with --init, the init head's; a top-layer --init head "
+                             "grows the projection, starting as itself)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for the trained head (save_head); must hold no head unless --force")
     parser.add_argument("--force", action="store_true", help="replace the head already in --out (default: refuse)")
@@ -105,6 +112,8 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         given["tasks"] = tuple(args.tasks)
     if args.draft_vocab is not None:
         given["draft_vocab"] = args.draft_vocab
+    if args.feature_layers is not None:
+        given["feature_layers"] = tuple(args.feature_layers)
     return dataclasses.replace(base, **given, autocast=args.dtype, device=args.device,
                                init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 

@@ -88,6 +88,8 @@ class Engine:
         self.lookup = mtp if isinstance(mtp, PromptLookup) else None
         mtp = None if self.lookup is not None else mtp
         self.model, self.mtp, self.compiled = model, mtp, compile
+        # the backbone layers a fused head reads beside the top hidden: the target's forwards hand it their features
+        self.taps = () if mtp is None else mtp.feature_layers
         # gamma="auto": what chooses each step's depth. It learns across generate() calls (acceptance and step
         # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
         self.depth, self._fixed_depth, self._depths = depth, depth is not None, {}
@@ -223,7 +225,8 @@ class Engine:
         whole = run_slots == list(range(batch.capacity))  # e.g. an unpadded prefill: no sub-caches
         with rows_of(batch.cache, run_index, whole) as cache:
             cache.lengths.copy_(starts)
-            _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False)  # [U, W, d]
+            _, hidden = self.target_step(tokens, cache, kv_len=kv_len, compute_logits=False,
+                                         taps=self.taps)  # [U, W, (1 + n) d]
             cache.lengths += last + 1
         if copies is not None:
             batch.cache.copy_rows(copies[1], copies[0])
@@ -290,7 +293,7 @@ class Engine:
         # 2. verify: one target forward over the pending token and the drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
             self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
-            method=method, sampling=sampling)
+            method=method, sampling=sampling, taps=self.taps)
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step

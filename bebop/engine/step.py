@@ -110,16 +110,17 @@ def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache
 
 
 def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
-                cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling):
+                cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling,
+                taps: tuple[int, ...] = ()):
     """One target forward over [pending [B], drafts [B, γ]], then verification (or, at γ = 0, a plain draw).
 
     Returns (host [B, 3γ+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
-    [B, γ+1] (accepted drafts, then next_token repeated); hidden [B, γ+1, d]). The cache gets the γ+1 K/V entries
-    but keeps its lengths."""
+    [B, γ+1] (accepted drafts, then next_token repeated); hidden [B, γ+1, d], or with `taps` (a fused head's feature
+    layers) the features [B, γ+1, (1 + n) d] it reads). The cache gets the γ+1 K/V entries but keeps its lengths."""
     batch, gamma = draft_tokens.shape
     uniforms = verify_uniforms(uniforms, gamma)  # [B, γ+1]
     tokens = torch.cat([pending[:, None], draft_tokens], 1)  # [B, γ+1]
-    logits, hidden = model.forward(tokens, cache, kv_len=kv_len)  # [B, γ+1, V], [B, γ+1, d]
+    logits, hidden = model.forward(tokens, cache, kv_len=kv_len, taps=taps)  # [B, γ+1, V], [B, γ+1, (1 + n) d]
     target_probs = probs_from_logits(logits, *sampling)  # [B, γ+1, V]
     if gamma > 0:
         verdict = verify(draft_tokens, target_probs, draft_probs, method=method, uniforms=uniforms, validate=False)

@@ -45,6 +45,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     heldout_fraction: float = 0.1
     steps: int = 250
     batch_size: int = 16
+    length_bucket: int = 32  # each batch's length rounded up to a multiple (bebop.heads.data: fewer shapes, less heap)
     lr: float = 1e-3
     warmup_frac: float = 0.03
     lr_schedule: str = "constant"  # after the warmup: "constant", or "cosine" down to 0 at the last step
@@ -57,6 +58,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     # K: draft over the K ids carrying the most of the policy's probability on the corpus (bebop.draft_vocab);
     # None: the whole vocabulary (or, adapting a head that has one, its draft vocabulary)
     draft_vocab: int | None = None
+    # fused features (bebop.models.mtp): backbone layers whose residual streams the head reads beside the top hidden,
+    # cached once with the backbone's pass; () reads the top hidden alone (or, adapting a head, the init head's)
+    feature_layers: tuple[int, ...] = ()
     seed: int = 0
     autocast: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
@@ -68,7 +72,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
         check_prompt_fields(self)
         check_task_names(self.tasks)  # a dataset is read once, where the job builds its tasks
         for name in ("depth", "num_sequences", "max_new_tokens", "steps", "batch_size", "eval_every", "threads",
-                     "corpus_rows"):
+                     "corpus_rows", "length_bucket"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"TrainMTPConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
@@ -88,6 +92,10 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
             raise ValueError(f"TrainMTPConfig.corpus_gamma must be a positive int or 'auto', got {self.corpus_gamma!r}")
         if self.corpus_head is not None and (not isinstance(self.corpus_head, str) or not self.corpus_head):
             raise ValueError(f"TrainMTPConfig.corpus_head must be a head spec or None, got {self.corpus_head!r}")
+        if not isinstance(self.feature_layers, tuple) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0
+                                                             for t in self.feature_layers) \
+                or list(self.feature_layers) != sorted(set(self.feature_layers)):
+            raise ValueError(f"TrainMTPConfig.feature_layers must be increasing layer indices, got {self.feature_layers!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.autocast not in ("auto", "bf16", "fp32"):

@@ -137,9 +137,9 @@ def teacher_forced(model: Transformer, head: MTPHead, prompts: list[list[int]], 
         if not bool(mask.any()):
             continue
         tokens, mask = tokens.to(weight.device), mask.to(weight.device)
-        _, hidden = model(tokens, compute_logits=False)  # [B, T, d]
+        _, hidden = model(tokens, compute_logits=False, taps=head.feature_layers)  # [B, T, (1 + n) d]
         draft = head.chain_hidden(model, hidden, tokens, gamma)  # [B, T, γ, d]
-        target, _, _ = chain_targets(hidden, tokens, gamma)  # [B, T, γ, d]
+        target, _, _ = chain_targets(hidden[..., : model.config.hidden_size], tokens, gamma)  # [B, T, γ, d]
         alphas.append(acceptance_alpha_from_hidden(draft, target, weight, mask=mask, temperature=temperature,
                                                    draft_ids=head.draft_ids))  # [M, γ]
         if head.draft_ids is not None:

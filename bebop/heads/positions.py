@@ -43,7 +43,11 @@ def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead]
     target_logits, _, _ = chain_targets(logits, tokens, 1)  # [B, T, 1, V]
     p = probs_from_logits(target_logits[mask][:, 0], temperature)  # [N, V]
     # a head over a draft vocabulary: q over S spread over V, zero off S (what verification tests)
-    qs = {name: head.full_probs(probs_from_logits(head.chain(model, hidden, tokens, 1)[mask][:, 0], temperature))
+    # a fused head reads the backbone's features of its own layers, one more pass each
+    features = {name: model(tokens, compute_logits=False, taps=head.feature_layers)[1] if head.feature_layers
+                else hidden for name, head in heads.items()}
+    qs = {name: head.full_probs(probs_from_logits(head.chain(model, features[name], tokens, 1)[mask][:, 0],
+                                                  temperature))
           for name, head in heads.items()}  # [N, V]
     assert all(q.shape == p.shape for q in qs.values()), "a head's vocabulary differs from the policy's"
     return p, qs

@@ -9,6 +9,7 @@ import torch
 from bebop import distributed
 from bebop.draft_vocab import coverage, target_logp
 from bebop.heads.config import TrainMTPConfig
+from bebop.heads.data import features
 from bebop.losses import expected_accepted
 from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden
 from bebop.models.checkpoint import load_head
@@ -38,7 +39,7 @@ class Chain:
 
 def chain_outputs(head: MTPHead, model: Transformer, batch: dict, depth: int, use_bf16: bool) -> Chain:
     with torch.autocast(batch["hidden"].device.type, dtype=torch.bfloat16, enabled=use_bf16):
-        draft = head.chain_hidden(model, batch["hidden"], batch["tokens"], depth)
+        draft = head.chain_hidden(model, features(batch), batch["tokens"], depth)
     # chain_targets aligns any per-position tensor: the hidden states behind the target logits, and their lse.
     target, labels, _ = chain_targets(batch["hidden"], batch["tokens"], depth)
     lse = None if "lse" not in batch else chain_targets(batch["lse"][..., None], batch["tokens"], depth)[0][..., 0]
@@ -115,17 +116,24 @@ def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16:
 
 
 def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
-    """The head to train: a copy of `init_head` (adaptation, its draft vocabulary kept), else fresh (layer copied
-    from the backbone). A draft vocabulary of `config.draft_vocab` ids is chosen later, from the batches."""
+    """The head to train: a copy of `init_head` (adaptation, its draft vocabulary and feature layers kept; a top-layer
+    head given `feature_layers` grows a fuse that starts as the identity), else fresh (layer copied from the
+    backbone). A draft vocabulary of `config.draft_vocab` ids is chosen later, from the batches."""
     if config.init_head is not None:
         head = load_head(config.init_head, model.config, dtype=torch.float32)
         if config.draft_vocab is not None and head.draft_size != config.draft_vocab:
             raise ValueError(f"--init {config.init_head} drafts over {head.draft_size} ids, not --draft-vocab "
                              f"{config.draft_vocab}: adapt it with its own vocabulary (leave --draft-vocab out)")
+        if config.feature_layers and head.feature_layers != config.feature_layers:
+            if head.feature_layers:
+                raise ValueError(f"--init {config.init_head} reads feature layers {list(head.feature_layers)}, not "
+                                 f"--feature-layers {list(config.feature_layers)}: leave --feature-layers out")
+            head = head.with_features(config.feature_layers)  # a top-layer head grows a fuse, starting as itself
         head.trained_depth, head.objective = config.depth, config.objective
         return head.train()
     torch.manual_seed(config.seed)  # the head's initialisation only
-    head = MTPHead(model.config, trained_depth=config.depth, objective=config.objective)
+    head = MTPHead(model.config, trained_depth=config.depth, objective=config.objective,
+                   feature_layers=config.feature_layers)
     if config.init_from_backbone:
         head.layers[0].load_state_dict(model.model.layers[-1].state_dict())
     return head.float().train()
@@ -133,6 +141,6 @@ def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
 
 def bf16_copy(head: MTPHead, model: Transformer) -> MTPHead:
     copy = MTPHead(model.config, trained_depth=head.trained_depth, objective=head.objective,
-                   draft_ids=head.draft_ids)
+                   draft_ids=head.draft_ids, feature_layers=head.feature_layers)
     copy.load_state_dict(head.state_dict())
     return copy.to(torch.bfloat16)

@@ -126,13 +126,15 @@ def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, 
     on_vocab = config.draft_vocab is not None or head.draft_ids is not None
     # data["key"] names the corpus and the policy that wrote it (its weights' fingerprint), and the temperature the
     # log-normalisers are taken at: with the batch settings, all that fixes the batches
-    made_by = json.dumps([data["key"], config.batch_size, config.depth, use_bf16, on_vocab], sort_keys=True)
+    made_by = json.dumps([data["key"], config.batch_size, config.length_bucket, config.depth, use_bf16, on_vocab,
+                          head.feature_layers],
+                         sort_keys=True)
     if shared is not None and made_by in shared:
         batches = shared[made_by]
         say("the backbone's hidden states" + (" and log-normalisers" if on_vocab else "") + ", from an earlier run")
     else:
         say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
-        batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None)
+        batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None, head.feature_layers)
         if shared is not None:
             shared[made_by] = batches
     train, held = split_heldout(batches, config.heldout_fraction)

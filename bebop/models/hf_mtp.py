@@ -85,6 +85,9 @@ def save_for_transformers(model: Transformer, mtp: MTPHead, path: str | os.PathL
     if mtp.draft_ids is not None:  # transformers' MTP path drafts through the whole LM head
         raise ValueError(f"the head drafts over a draft vocabulary of {mtp.draft_size} ids, which transformers' "
                          "generate(use_mtp=True) cannot: save a head trained without --draft-vocab")
+    if mtp.feature_layers:  # transformers' MtpLayer reads the last hidden state alone
+        raise ValueError(f"the head reads fused features of layers {list(mtp.feature_layers)}, which transformers' "
+                         "generate(use_mtp=True) cannot: save a head trained without --feature-layers")
     transformers_mtp_config(model.config.to_hf_dict())  # refuse before writing anything
     path = Path(path)
     save_pretrained(model, path, mtp=mtp)

@@ -26,6 +26,17 @@ for all anchors at once with an attention mask over the concatenated steps.
 A head may draft over a draft vocabulary S (`draft_ids`, K target ids; bebop.draft_vocab): its logits are then the
 LM head's rows of S only ([..., K], draft index i standing for target id draft_ids[i]), `to_target` maps a drafted
 index to its id and `full_probs` spreads q over the target's vocabulary, zero off S, for verification.
+
+Fused features (EAGLE-3's): a head with `feature_layers` (decoder layer indices, e.g. a low and a middle one) reads
+at step 1 not the backbone's top hidden alone but a learned projection of it and of those layers' residual streams:
+
+    h_0 = fuse([h_top ; norm_1(r_i) ; norm_2(r_j) ...])        ((1 + n) d -> d), then the block as above
+
+The backbone hands them over as one tensor, its features (`Transformer.forward(..., taps=head.feature_layers)`:
+[..., (1 + n) d], the top hidden first, which the target's logits read); a step k >= 2 reads the head's own output
+[..., d] as before, and `_input` tells the two apart by width. `fuse` starts as [I | 0 ...], so a fused head starts
+as the top-layer head it was made from (`with_features`), and each raw residual stream gets its own RMSNorm (their
+scales differ by layer). A head without feature layers handed features reads their top hidden.
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ from bebop.models.attention import cached_attend, cached_attention_setup, write_
 from bebop.models.config import ModelConfig
 from bebop.models.kvcache import KVCache
 from bebop.models.prepack import Linear, linear, linear_rows
-from bebop.models.transformer import DecoderLayer, RMSNorm, Transformer, init_weights
+from bebop.models.transformer import DecoderLayer, RMSNorm, Transformer, check_taps, init_weights
 
 # What a head shares with its backbone: the token embedding and LM head (vocab_size, hidden_size), the rotary
 # tables (head_dim), and the decoder layer's shape, which `MTPHead(model_config)` takes from the backbone's config.
@@ -56,6 +67,16 @@ def check_head_fits(head_config: ModelConfig, model_config: ModelConfig) -> None
              for name in FIT_FIELDS if getattr(head_config, name) != getattr(model_config, name)]
     if wrong:
         raise ValueError("MTP head does not match the policy's backbone: " + "; ".join(wrong))
+
+
+def shared_taps(heads) -> tuple[int, ...]:
+    """The feature layers the fused heads among `heads` read (None and heads without them aside), which one backbone
+    pass hands them all: they must agree (a ValueError naming them otherwise); () when none is fused."""
+    found = {tuple(getattr(h, "feature_layers", ())) for h in heads if h is not None} - {()}
+    if len(found) > 1:
+        raise ValueError(f"heads read different feature layers {sorted(found)}: one run's backbone pass hands one set "
+                         "of features to all its heads")
+    return found.pop() if found else ()
 
 
 def chain_mask(num_anchors: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -81,7 +102,7 @@ class MTPHead(nn.Module):
     `draft_ids` [K] (a draft vocabulary, `bebop.draft_vocab`) restricts its drafts to those target ids."""
 
     def __init__(self, model_config: ModelConfig, *, trained_depth: int | None = None, objective: str | None = None,
-                 draft_ids: torch.Tensor | None = None):
+                 draft_ids: torch.Tensor | None = None, feature_layers: tuple[int, ...] = ()):
         super().__init__()
         if not isinstance(model_config, ModelConfig):
             raise ValueError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
@@ -98,6 +119,15 @@ class MTPHead(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(model_config)])
         self.norm = RMSNorm(d, eps)
         self.apply(init_weights)
+        check_taps(tuple(feature_layers), model_config.num_hidden_layers)
+        self.feature_layers = tuple(feature_layers)
+        if self.feature_layers:  # fused features (module docstring), starting as the top hidden alone
+            n = len(self.feature_layers)
+            self.fuse = Linear((1 + n) * d, d, bias=False)
+            self.fuse_norms = nn.ModuleList([RMSNorm(d, eps) for _ in range(n)])
+            with torch.no_grad():
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, :d].copy_(torch.eye(d))
         # Not in state_dict: checkpoints store S as EAGLE-3's d2t / t2d (bebop.models.checkpoint); .to() moves it.
         self.register_buffer("draft_ids", None, persistent=False)
         self._draft_weight: tuple | None = None  # (the LM head's version key, its rows of S): see `draft_weight`
@@ -105,10 +135,39 @@ class MTPHead(nn.Module):
 
     # ----------------------------------------------------------------------------------------------
     def _input(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """x = fc([norm_e(Emb(tokens)); norm_h(hidden)]), hidden [B, S, d], tokens [B, S] -> [B, S, d]."""
+        """x = fc([norm_e(Emb(tokens)); norm_h(features(hidden))]), hidden [B, S, d] (the head's own output, or the
+        backbone's top hidden) or [B, S, (1 + n) d] (the backbone's features), tokens [B, S] -> [B, S, d]."""
         embedding = F.embedding(tokens, backbone.model.embed_tokens.weight.detach())  # [B, S, d]
-        both = torch.cat([self.pre_fc_norm_embedding(embedding), self.pre_fc_norm_hidden(hidden.detach())], -1)
+        hidden = self.features(hidden.detach())  # [B, S, d]
+        both = torch.cat([self.pre_fc_norm_embedding(embedding), self.pre_fc_norm_hidden(hidden)], -1)
         return self.fc(both)
+
+    def features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """h_0 [..., d] from what the head is handed: [..., d] as it is; the backbone's features [..., (1 + m) d] (the
+        top hidden first) fused when m is the head's feature layers' count, their top hidden without feature layers."""
+        d, n = self.config.hidden_size, len(self.feature_layers)
+        width = hidden.shape[-1]
+        if width == d:
+            return hidden
+        if width % d or (n and width != (1 + n) * d):
+            raise ValueError(f"the head reads hidden states of width {d} or features of width {(1 + n) * d} "
+                             f"(feature layers {self.feature_layers}), got {width}")
+        if not n:
+            return hidden[..., :d]
+        parts = hidden.unflatten(-1, (1 + n, d))  # [..., 1 + n, d]
+        normed = [parts[..., 0, :]] + [norm(parts[..., i + 1, :]) for i, norm in enumerate(self.fuse_norms)]
+        return self.fuse(torch.cat(normed, -1))  # [..., d]
+
+    def with_features(self, feature_layers: tuple[int, ...]) -> MTPHead:
+        """A copy of this top-layer head that reads fused features of `feature_layers`, starting as this head (its
+        fuse passes the top hidden through)."""
+        if self.feature_layers:
+            raise ValueError(f"the head already reads feature layers {self.feature_layers}")
+        head = MTPHead(self.config, trained_depth=self.trained_depth, objective=self.objective,
+                       draft_ids=self.draft_ids, feature_layers=feature_layers)
+        head = head.to(device=self.fc.weight.device, dtype=self.fc.weight.dtype)
+        head.load_state_dict(self.state_dict(), strict=False)
+        return head
 
     def use_draft_vocab(self, draft_ids: torch.Tensor | None) -> MTPHead:
         """Draft over the target ids `draft_ids` [K] from now on (None: the whole vocabulary); returns the head."""

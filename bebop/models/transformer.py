@@ -190,6 +190,15 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
         nn.init.ones_(module.weight)
 
 
+def check_taps(taps: tuple[int, ...], num_layers: int) -> None:
+    """Taps are decoder layer indices in increasing order, each below the last layer (whose output the final-normed
+    hidden already carries): one ValueError naming what is wrong."""
+    if not isinstance(taps, tuple) or any(isinstance(t, bool) or not isinstance(t, int) for t in taps) \
+            or list(taps) != sorted(set(taps)) or any(not 0 <= t < num_layers - 1 for t in taps):
+        raise ValueError(f"taps must be increasing decoder layer indices in [0, {num_layers - 2}] (the last layer is "
+                         f"the final hidden's), got {taps!r}")
+
+
 class Transformer(nn.Module):
     """The policy model: `forward(tokens, cache=None, *, kv_len=None, compute_logits=True) -> (logits, hidden)`."""
 
@@ -225,10 +234,12 @@ class Transformer(nn.Module):
         self.rope_cos, self.rope_sin_signed = cos.to(dtype), sin.to(dtype)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *, kv_len: int | None = None,
-                compute_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+                compute_logits: bool = True, taps: tuple[int, ...] = ()) -> tuple[torch.Tensor | None, torch.Tensor]:
         """tokens [B, S] long -> (logits [B, S, V] or None, hidden [B, S, d] after the final norm).
 
-        With `cache`, row b's tokens sit at positions cache.lengths[b] + s; see the module docstring."""
+        With `cache`, row b's tokens sit at positions cache.lengths[b] + s; see the module docstring. With `taps`
+        (decoder layer indices), hidden is the features a fused draft head reads, [B, S, (1 + len(taps)) d]: the
+        final-normed hidden first, then the residual stream after each tapped layer (`_layers`)."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be a [B, S] long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
         B, S = tokens.shape
@@ -245,24 +256,32 @@ class Transformer(nn.Module):
             cos, sin, shared = cached_attention_setup(cache, S, kv_len, self.rope_cos, self.rope_sin_signed)
             attends = [partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=i, **shared)
                        for i in range(cache.num_layers)]
-        hidden = self._layers(tokens, cos, sin, attends)  # [B, S, d]
+        hidden = self._layers(tokens, cos, sin, attends, taps)  # [B, S, d] or [B, S, (1 + len(taps)) d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
 
-    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attends: list[Attend]) -> torch.Tensor:
-        x = self.model.embed_tokens(tokens)  # [B, S, d]
-        for layer, attend in zip(self.model.layers, attends, strict=True):
+    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attends: list[Attend],
+                taps: tuple[int, ...] = ()) -> torch.Tensor:
+        """The final-normed hidden [B, S, d], followed along the last dim by the residual stream after each decoder
+        layer in `taps`, in order ([B, S, (1 + len(taps)) d]: a fused head's features; `check_taps`)."""
+        check_taps(taps, len(self.model.layers))
+        x, tapped = self.model.embed_tokens(tokens), []  # [B, S, d]
+        for index, (layer, attend) in enumerate(zip(self.model.layers, attends, strict=True)):
             x = layer(x, cos, sin, attend)
-        return self.model.norm(x)  # [B, S, d]
+            if index in taps:
+                tapped.append(x)
+        hidden = self.model.norm(x)  # [B, S, d]
+        return torch.cat([hidden, *tapped], -1) if taps else hidden
 
     def forward_shared_prefix(self, prefix: torch.Tensor, prefix_lengths: torch.Tensor, suffix: torch.Tensor,
-                              group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                              group: torch.Tensor, taps: tuple[int, ...] = ()
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rows that share prompts, each prompt computed once (training; no cache).
 
         prefix [G, P] long, right-padded to real lengths prefix_lengths [G]; suffix [N, S] long; row n is
         prefix[group[n], :prefix_lengths[group[n]]] followed by suffix[n]. Returns (prefix_logits [G, P, V],
         prefix_hidden [G, P, d], suffix_logits [N, S, V], suffix_hidden [N, S, d]), what `forward` gives on each
-        concatenated row at the same positions; gradients from all rows of a prompt meet in its one copy."""
+        concatenated row at the same positions; gradients from all rows of a prompt meet in its one copy. `taps`:
+        the hidden states are a fused head's features, as `forward`'s."""
         (G, P), (N, S) = prefix.shape, suffix.shape
         if prefix_lengths.shape != (G,) or group.shape != (N,):
             raise ValueError(f"prefix_lengths must be [G]={G} and group [N]={N}; got {tuple(prefix_lengths.shape)}, "
@@ -277,7 +296,7 @@ class Transformer(nn.Module):
             return causal_attend(q, k, v)
 
         layers = len(self.model.layers)
-        prefix_hidden = self._layers(prefix, self.rope_cos[:P], self.rope_sin_signed[:P], [keep_kv] * layers)
+        prefix_hidden = self._layers(prefix, self.rope_cos[:P], self.rope_sin_signed[:P], [keep_kv] * layers, taps)
         start = prefix_lengths.to(suffix.device)[group]  # [N] where each suffix begins
         pos = start[:, None] + torch.arange(S, device=suffix.device)  # [N, S]
         slot = torch.arange(P + S, device=suffix.device)  # [P + S]: prefix slots, then suffix slots
@@ -287,12 +306,14 @@ class Transformer(nn.Module):
         bias = additive_bias(visible)[:, None]  # [N, 1, S, P + S]
         attends = [partial(prefix_attend, prefix_k=k[group], prefix_v=v[group], bias=bias)
                    for k, v in prefix_kv]
-        suffix_hidden = self._layers(suffix, self.rope_cos[pos][:, None], self.rope_sin_signed[pos][:, None], attends)
+        suffix_hidden = self._layers(suffix, self.rope_cos[pos][:, None], self.rope_sin_signed[pos][:, None], attends,
+                                     taps)
         return self.lm_logits(prefix_hidden), prefix_hidden, self.lm_logits(suffix_hidden), suffix_hidden
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Project final hidden states [..., d] (as returned by forward) to logits [..., V]."""
-        return self.lm_head(hidden)
+        """Project final hidden states [..., d] (as returned by forward; of features with taps, their first d) to
+        logits [..., V]."""
+        return self.lm_head(hidden[..., : self.config.hidden_size])
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:

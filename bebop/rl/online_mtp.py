@@ -74,8 +74,9 @@ class OnlineMTP:
         B, L = tokens.shape
         if hidden.shape[:2] != (B, L):
             raise ValueError(f"hidden {tuple(hidden.shape)} must start with tokens' [B, L]={B, L}")
-        hidden = hidden.detach()
-        target_hidden, labels, mask = chain_targets(hidden, tokens, self.depth, lengths)  # [B, L, γ, d]
+        hidden = hidden.detach()  # [B, L, d], or a fused head's features [B, L, (1 + n) d] (the top hidden first)
+        top = hidden[..., : self.head.config.hidden_size]  # [B, L, d]: what the target's logits read
+        target_hidden, labels, mask = chain_targets(top, tokens, self.depth, lengths)  # [B, L, γ, d]
         anchors = torch.arange(L, device=tokens.device)  # [L]
         mask = mask & (anchors[None, :] >= prompt_lengths.to(tokens.device)[:, None] - 1)  # [B, L]
         total = int(distributed.all_reduce(mask.sum()))  # under torchrun: the global batch's anchors

@@ -91,9 +91,10 @@ class ShadowHeads:
             needed = torch.zeros_like(anchors)  # [N, L] the drafted positions t+1..t+γ of every anchor
             for k in range(1, self.depth + 1):
                 needed[:, k:] |= anchors[:, :-k]
-            drafted_h = drafted_entropy(position_entropy(hidden, weight, needed, self.temperature), batch.tokens,
+            top = hidden[..., : weight.shape[1]]  # [N, L, d]: of a fused head's features, the top hidden
+            drafted_h = drafted_entropy(position_entropy(top, weight, needed, self.temperature), batch.tokens,
                                         self.depth)[anchors]  # [M, γ]
-            target_hidden, _, _ = chain_targets(hidden, batch.tokens, self.depth)  # [N, L, γ, d] a strided view
+            target_hidden, _, _ = chain_targets(top, batch.tokens, self.depth)  # [N, L, γ, d] a strided view
             totals = torch.stack([self._score_head(entry.head, backbone, hidden, batch.tokens, target_hidden,
                                                    anchors, weight, drafted_h) for entry in self.heads])  # [H, 2, C]
         totals = distributed.all_reduce(totals)

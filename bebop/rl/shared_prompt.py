@@ -99,9 +99,10 @@ class SharedPromptLayout:
         empty.mask = torch.zeros_like(self.mask)
         return empty
 
-    def forward(self, model) -> SharedOutputs:
-        """model.forward_shared_prefix on this layout."""
-        return SharedOutputs(*model.forward_shared_prefix(self.prefix, self.prefix_lengths, self.suffix, self.group))
+    def forward(self, model, taps: tuple[int, ...] = ()) -> SharedOutputs:
+        """model.forward_shared_prefix on this layout (with `taps`, the hidden states are a fused head's features)."""
+        return SharedOutputs(*model.forward_shared_prefix(self.prefix, self.prefix_lengths, self.suffix, self.group,
+                                                          taps))
 
     def row_logits(self, out: SharedOutputs) -> torch.Tensor:
         """Logits that predict each completion token: [n, S, V], aligned with `suffix` (see the module docstring)."""

@@ -43,7 +43,7 @@ from bebop.data.prompts import vocab_limit
 from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine.backend import snapshot
 from bebop.engine.rollout import GenerationConfig
-from bebop.models.mtp import check_head_fits
+from bebop.models.mtp import check_head_fits, shared_taps
 from bebop.rl.alerts import RunAlerts
 from bebop.rl.batch import RolloutBatch, Rollouts, sample_examples
 from bebop.rl.config import RLConfig
@@ -110,6 +110,8 @@ class Trainer:
         self.entropy = EntropyControl.from_config(config)  # the entropy bonus's coefficient, state when adaptive
         self.shadow = ShadowHeads(config, shadow_heads or {}, rollout_head=self.head, policy_config=policy.config,
                                   vocab_limit=self.vocab_limit, device=self.device)
+        # the layers fused heads read beside the top hidden: the update's forward keeps their features for them
+        self.taps = shared_taps([self.head, *(shadow_heads or {}).values()])
         self.start_step, self.version = 0, 0
         self.history, self.health = [], DraftHealth()  # the records; the entropy law's residual (refitted on resume)
         self.alerts = RunAlerts(writer, config.prompts_per_step)  # the run's warnings: no learning signal, draft health
@@ -190,7 +192,7 @@ class Trainer:
         num_tokens = distributed.all_reduce(batch.policy_mask.sum())  # the global batch's token count
         keep = self.online.trains or self.shadow.active  # both read the backbone's activations of every row
         N, L = batch.tokens.shape
-        d = self.policy.config.hidden_size
+        d = self.policy.config.hidden_size * (1 + len(self.taps))  # a fused head's features are (1 + n) d wide
         hidden = torch.zeros(N, L, d, device=self.device) if keep else None  # [N, L, d]; no [N, L, V] logits
         totals: dict[str, torch.Tensor] = {}
         entropy_coef = self.entropy.coefficient
@@ -253,7 +255,7 @@ class Trainer:
         """Forward and backward over one micro-batch; returns its stats and the policy's outputs on it."""
         c = self.config
         with autocast(self.device, self.gen_dtype):
-            outputs = layout.forward(self.policy)
+            outputs = layout.forward(self.policy, self.taps)
         row_logits = layout.row_logits(outputs)  # [n, S, V]
         logprobs = token_logprobs(row_logits, layout.suffix, c.temperature, vocab_limit=self.vocab_limit)  # [n, S]
         ref_logprobs = None

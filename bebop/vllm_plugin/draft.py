@@ -51,6 +51,10 @@ def write_draft(policy: str | os.PathLike, head: MTPHead | str | os.PathLike, ou
         raise ValueError(f"this head drafts over a draft vocabulary of {head.draft_size} ids, which bebop's vLLM "
                          "draft model does not serve: use bebop's engine (--backend bebop), or a head trained "
                          "without --draft-vocab")
+    if head.feature_layers:  # the MTP proposer hands the draft the target's top hidden state alone
+        raise ValueError(f"this head reads fused features of layers {list(head.feature_layers)}, which bebop's vLLM "
+                         "draft model (an MTP draft, fed the top hidden state) does not serve: use bebop's engine "
+                         "(--backend bebop), or a head trained without --feature-layers")
     out = Path(out)
     save_head(head, out)
     draft = {**hf, "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], FAMILY_KEY: hf["model_type"],
