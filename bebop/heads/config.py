@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bebop.checks import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
-from bebop.device import check_device_name
 from bebop.losses import OBJECTIVES
 
 LR_SCHEDULES = ("constant", "cosine")

@@ -149,8 +149,8 @@ class RLRun:
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.gen_dtype, device)
         head = copy.deepcopy(head).float().to(device).eval() if head is not None and config.uses_head else None
-        backend = rollout_backend(config.backend, model, head, dtype, device, seed=config.seed, gamma=config.gamma,
-                                  method=config.method, world=distributed.world())
+        backend = rollout_backend(config.backend, model, head, dtype, device, config.generation(seed=config.seed),
+                                  world=distributed.world())
         rollouts = Rollouts(backend, self.task, tokenizer, prompt_format)
         meta = {"policy_parameters": model.num_parameters(), "device": str(device), "world_size": distributed.world(),
                 **run_meta(model, [] if head is None else [head], dtype=dtype), **(meta_extra or {}),

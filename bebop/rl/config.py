@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
+from bebop.checks import PRECISIONS, check_choice, check_device_name, check_ints, check_number
 from bebop.data.prompts import PromptOptions, check_prompt_fields
-from bebop.device import check_device_name
+from bebop.engine.config import GenerationConfig, deepest
 from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
 from bebop.rl.shadow_spec import parse_shadow_specs
 
@@ -79,16 +79,11 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),
                               ("gen_dtype", PRECISIONS)):
             check_choice(self, name, options)
-        if self.gamma == "auto" and self.backend == "vllm":
-            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
-                             "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
-                             "(RLConfig.gamma 3, say)")
-        check_ints(self, ("gamma",), low=1, also=("auto",))
-        check_ints(self, ("steps", "prompts_per_step", "max_new_tokens", "max_gamma"), low=1)
+        self._check_depth()
+        check_ints(self, ("steps", "prompts_per_step"), low=1)
         check_ints(self, ("mtp_depth", "threads"), low=1, also=(None,))
         check_ints(self, ("group_size",), low=2)  # GRPO compares within a group
         check_ints(self, ("checkpoint_every", "samples_per_step", "seed", "micro_batch_tokens"), low=0)
-        check_number(self, "temperature", low=0, open_low=True)  # RL samples
         for name in ("lr", "mtp_lr", "kl_coef"):
             check_number(self, name, low=0)
         for name in ("grad_clip", "mtp_grad_clip"):
@@ -106,6 +101,20 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"RLConfig.shadow_heads must be a sequence of head specs, got {self.shadow_heads!r}")
         object.__setattr__(self, "shadow_heads", tuple(self.shadow_heads))  # a saved config's list reads back
         parse_shadow_specs(self.shadow_heads)
+
+    def _check_depth(self) -> None:
+        """What the engine is asked for is checked by building it (`generation`: max_new_tokens, temperature, γ,
+        max_gamma, method, by the engine's rules, under this config's names); what RL adds is checked here."""
+        check_ints(self, ("gamma",), low=1, also=("auto",))  # plain decoding is --rollout none, not γ 0
+        check_number(self, "temperature", low=0, open_low=True)  # RL samples: no greedy rollouts
+        if self.gamma == "auto" and self.backend == "vllm":
+            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
+                             "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
+                             "(RLConfig.gamma 3, say)")
+        try:
+            self.generation()
+        except ValueError as err:
+            raise ValueError(str(err).replace("GenerationConfig.", "RLConfig.")) from None
 
     def _check_entropy_fields(self) -> None:
         check_number(self, "entropy_coef", low=-math.inf, high=math.inf, open_low=True, open_high=True)
@@ -154,10 +163,19 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
                     lr=1e-3, checkpoint_every=1, samples_per_step=2, gen_dtype="fp32", threads=1)
         return cls(**{**base, **renamed(overrides)})
 
+    def generation(self, seed: int | None = None) -> GenerationConfig:
+        """The engine's `GenerationConfig` of this run's rollouts, the one place an RL config becomes one: method
+        "none" is plain decoding (γ 0, no draft to verify), else the run's method and depth; under γ "auto" the
+        engine's depth controller chooses each step's γ in 0..max_gamma. `seed`: the call's (`Trainer`: per step
+        and rank; the rollout backend: the run's)."""
+        drafts = {"gamma": self.gamma, "method": self.method} if self.uses_head else {"gamma": 0}
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                max_gamma=self.max_gamma, seed=seed, **drafts)
+
     @property
     def draft_depth(self) -> int:
         """As deep as rollouts draft: gamma, or max_gamma under "auto" (the depth shadow heads are scored at)."""
-        return self.max_gamma if self.gamma == "auto" else self.gamma
+        return deepest(self.gamma, self.max_gamma)
 
     @property
     def online_depth(self) -> int:

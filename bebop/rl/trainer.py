@@ -42,7 +42,6 @@ from bebop import distributed
 from bebop.data.prompts import vocab_limit
 from bebop.device import autocast, resolve_device, resolve_dtype
 from bebop.engine.backend import snapshot
-from bebop.engine.rollout import GenerationConfig
 from bebop.models.mtp import check_head_fits, shared_taps
 from bebop.rl.alerts import RunAlerts
 from bebop.rl.batch import RolloutBatch, Rollouts, sample_examples
@@ -159,12 +158,6 @@ class Trainer:
         distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     # ------------------------------------------------------------------------------------- generation
-    def generation_config(self, step: int) -> GenerationConfig:
-        c = self.config  # method "none" is plain decoding, γ = 0: no draft, so no verification method
-        drafts = {} if c.method == "none" else {"gamma": c.gamma, "method": c.method, "max_gamma": c.max_gamma}
-        return GenerationConfig(max_new_tokens=c.max_new_tokens, temperature=c.temperature, **{"gamma": 0, **drafts},
-                                seed=rank_seed(step_seed(c.seed, step), self.rank))
-
     def _refresh_snapshot(self) -> None:
         """The updated policy (and an online head) into the rollout backend: only while no generation runs."""
         self.rollouts.backend.push_weights(self.policy, self.head if self.config.mtp != "frozen" else None)
@@ -174,7 +167,8 @@ class Trainer:
         seed = step_seed(c.seed, step)
         examples = sample_examples(self.rollouts.task, c.prompts_per_step, c.group_size, seed, c.level)
         examples = rank_block(examples, self.rank, self.world)  # the ranks' blocks, in order, are the global batch
-        return self.rollouts.collect(examples, self.generation_config(step), policy_version=version)
+        generation = c.generation(seed=rank_seed(seed, self.rank))  # the run's rollouts, this step's and rank's seed
+        return self.rollouts.collect(examples, generation, policy_version=version)
 
     # ----------------------------------------------------------------------------------------- update
 
