@@ -140,3 +140,33 @@ def _percentiles(boot: torch.Tensor) -> tuple[float, float]:
         return math.nan, math.nan
     lo, hi = torch.nanquantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return lo, hi
+
+
+def rule_slope_ratio(run, head: str = "rollout", *, value: str = "accept_length", n_bootstrap: int = 1000,
+                     generator: torch.Generator | None = None) -> dict:
+    """RS's slope over TO's for one head along the RL steps (finding 2: the paper's RS + TV keeps about 4% of TO's
+    slope): {"rs_slope", "to_slope", "ratio", "ratio_lo", "ratio_hi", "steps", "entropy_min", "entropy_max"}. Each
+    slope is the least-squares line of the step's `value` against its mean entropy (the law `by="step"` fits); the
+    95% interval is a paired percentile bootstrap over the steps (one resample of steps for both rules, as both were
+    scored on the same rollouts)."""
+    frame = shadow_frame(run)
+    rows = {rule: part.set_index("step") for h, rule, _, part in _series(frame) if h == head}
+    if set(rows) != {"rs", "to"}:
+        raise ValueError(f"head {head!r} was not scored under both rules in this run's shadow stream")
+    steps = sorted(set(rows["rs"].index) & set(rows["to"].index))
+    x = {r: torch.tensor(rows[r].loc[steps, "entropy_mean"].to_numpy(dtype=float), dtype=torch.float64)
+         for r in rows}  # [S] each (the same rollouts: the same entropies)
+    y = {r: torch.tensor(rows[r].loc[steps, value].to_numpy(dtype=float), dtype=torch.float64) for r in rows}
+
+    def slope(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:  # [..., S] -> [...]
+        xc, yc = xs - xs.mean(-1, keepdim=True), ys - ys.mean(-1, keepdim=True)
+        return (xc * yc).sum(-1) / (xc * xc).sum(-1)
+
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    pick = torch.randint(len(steps), (n_bootstrap, len(steps)), generator=gen)  # [R, S]
+    boot = slope(x["rs"][pick], y["rs"][pick]) / slope(x["to"][pick], y["to"][pick])  # [R]
+    boot = boot[torch.isfinite(boot)]
+    lo, hi = (torch.quantile(boot, q).item() for q in (0.025, 0.975)) if len(boot) else (math.nan, math.nan)
+    rs, to = float(slope(x["rs"], y["rs"])), float(slope(x["to"], y["to"]))
+    return {"rs_slope": rs, "to_slope": to, "ratio": rs / to, "ratio_lo": lo, "ratio_hi": hi, "steps": len(steps),
+            "entropy_min": float(x["rs"].min()), "entropy_max": float(x["rs"].max())}
