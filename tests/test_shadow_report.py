@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bebop import plots
-from bebop.rl.shadow_report import shadow_points, shadow_summary
+from bebop.rl.shadow_report import rule_slope_ratio, shadow_points, shadow_summary
 from bebop.rl.shadow_score import counters_record, expected_counters
 from bebop.runlog import RunWriter
 
@@ -73,3 +73,17 @@ def test_a_run_without_shadow_heads_is_one_clear_error(tmp_path):
         shadow_summary(tmp_path / "run")
     with pytest.raises(ValueError, match="no per-step"):
         shadow_points(law_stream(), value="speed")
+
+
+def test_rs_over_to_slope_ratio_with_a_paired_interval():
+    """RS falls 0.15 per nat where TO falls 1.5: the ratio is 0.1, inside its interval; a flat RS gives about 0."""
+    frame = law_stream(steps=30)
+    steep = frame.assign(accept_length=frame["accept_length"] - 0.15 * frame["entropy_mean"] * (frame["rule"] == "rs"))
+    got = rule_slope_ratio(steep, head="e2e_tv")
+    assert got["ratio"] == pytest.approx(got["rs_slope"] / got["to_slope"])
+    assert got["ratio_lo"] < 0.1 < got["ratio_hi"] and got["ratio_hi"] - got["ratio_lo"] < 0.15
+    assert got["steps"] == 30 and got["entropy_min"] == pytest.approx(0.1)
+    flat = rule_slope_ratio(frame, head="e2e_tv")
+    assert flat["ratio_lo"] < 0 < flat["ratio_hi"] and abs(flat["ratio"]) < 0.05
+    with pytest.raises(ValueError, match="not scored under both rules"):
+        rule_slope_ratio(frame[frame["rule"] == "rs"], head="e2e_tv")
