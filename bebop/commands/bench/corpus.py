@@ -8,7 +8,10 @@ answers keep the policy's distribution). This benchmark runs that same function 
 sampling at `--plain-rows` and for every (γ, rows) asked, in rounds of one run of each, so a slow patch of a shared
 machine hits every cell of a round alike, after an untimed warm-up round. Reported: answers per minute and generated
 tokens per second of each cell (the median over rounds), and its speed over plain sampling in seconds per answer
-(the median over rounds of the ratio within a round, with its standard error).
+(the median over rounds of the ratio within a round, with its standard error), by the wall clock and by the process's
+CPU time. On a machine other jobs share, a cell of minutes sees the load change under it and the wall-clock ratio
+swings from round to round; the CPU time this process spent (one thread: what the wall clock would read on an idle
+core) moves far less, so its ratio is the one to read there.
 """
 
 from __future__ import annotations
@@ -80,13 +83,15 @@ def run(args: argparse.Namespace) -> int:
         for rows in args.rows:
             cells[("rs", gamma, rows)] = dataclasses.replace(base, corpus_head=args.head, corpus_gamma=gamma,
                                                              corpus_rows=rows)
-    made = {}
+    made, cpu = {}, {key: [] for key in cells}
 
     def cell(key, config):
         def go():
             drafter = None if key[0] == "plain" else head
+            start = time.process_time()
             parts = [generate_task(model, tokenizer, config, tasks[name], index, drafter=drafter)
                      for index, name in enumerate(args.tasks)]
+            cpu[key].append(time.process_time() - start)
             made[key] = sum(len(p["tokens"]) for p in parts), sum(sum(t) for p in parts for t in p["trainable"])
         return go
 
@@ -97,13 +102,17 @@ def run(args: argparse.Namespace) -> int:
                         label="bench corpus")
     plain = timed[named[("plain", 0, args.plain_rows)]][0]
     records = []
+    plain_cpu = cpu[("plain", 0, args.plain_rows)][1:]  # the timed rounds (the first call is the warm-up)
     for key in cells:
-        seconds = timed[named[key]][0]
+        seconds, cpu_s = timed[named[key]][0], cpu[key][1:]
         answers, tokens = made[key]
         records.append({"cell": key[0], "gamma": key[1], "rows": key[2], "answers": answers,
                         "answers_per_min": 60 * answers / statistics.median(seconds),
                         "tokens_per_s": tokens / statistics.median(seconds),
                         "over_plain": round_ratio(plain, seconds), "over_plain_se": round_ratio_se(plain, seconds),
+                        "answers_per_cpu_min": 60 * answers / statistics.median(cpu_s),
+                        "over_plain_cpu": round_ratio(plain_cpu, cpu_s),
+                        "over_plain_cpu_se": round_ratio_se(plain_cpu, cpu_s), "cpu_seconds": cpu_s,
                         "seconds": seconds, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                         "tasks": args.tasks, "dtype": str(dtype).removeprefix("torch."), "threads": args.threads})
     _print(records, time.perf_counter() - start)
@@ -119,10 +128,12 @@ def _print(records: list[dict], wall: float) -> None:
     table = Table(title=f"corpus generation, {records[0]['answers']} answers per cell and round "
                         f"({', '.join(records[0]['tasks'])}, T = {records[0]['temperature']}, up to "
                         f"{records[0]['max_new_tokens']} tokens; {wall / 60:.0f} min in all)")
-    for column in ("path", "rows", "answers/min", "tokens/s", "speed vs plain (± se)"):
+    for column in ("path", "rows", "answers/min", "tokens/s", "speed vs plain (± se)", "answers/CPU-min",
+                   "CPU speed vs plain (± se)"):
         table.add_column(column, justify="right")
     for r in records:
         path = "plain (today's)" if r["cell"] == "plain" else f"RS, γ = {r['gamma']}"
         table.add_row(path, str(r["rows"]), f"{r['answers_per_min']:.1f}", f"{r['tokens_per_s']:.0f}",
-                      f"{r['over_plain']:.2f}x ± {r['over_plain_se']:.2f}")
+                      f"{r['over_plain']:.2f}x ± {r['over_plain_se']:.2f}", f"{r['answers_per_cpu_min']:.1f}",
+                      f"{r['over_plain_cpu']:.2f}x ± {r['over_plain_cpu_se']:.2f}")
     Console(width=140).print(table)
