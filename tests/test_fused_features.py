@@ -152,7 +152,14 @@ def test_one_backbone_pass_serves_heads_that_agree_on_their_layers():
         shared_taps([head, other])
 
 
-def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path):
+def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeypatch):
+    """train-mtp trains a fused head's projection; the backbone's pass it kept beside the corpus (the top hidden with
+    the tapped layers) serves a top-layer run on the same corpus, and a run that needs other layers makes its own."""
+    import bebop.heads.train as heads_train
+
+    made = []
+    real = heads_train.make_batches
+    monkeypatch.setattr(heads_train, "make_batches", lambda *a, **k: made.append(a[5]) or real(*a, **k))
     torch.manual_seed(0)
     tokenizer = CharTokenizer()
     config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
@@ -172,6 +179,7 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path):
                                                           "init_head": str(tmp_path / "top")}),
                       tmp_path / "g", data=CorpusSource(tmp_path / "d"), progress=False)
     assert grown.feature_layers == (1,) and top.feature_layers == ()
+    assert made == [(0,), (1,)]  # the top-layer run read the fused run's pass
     prompts = [tokenizer.encode("1+2=")]
     completion = Completion(tokens=tokenizer.encode("3 ok"), policy=[True] * 4, text="", entropy=[], origin=[])
     dtv, share = teacher_forced(model, fused.eval(), prompts, [completion], gamma=2, temperature=1.0)

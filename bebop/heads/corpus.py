@@ -15,6 +15,7 @@ reuse. A task's generation writes what it has after every call (`.<file>.partial
 there; it reports its progress and an estimate of the time left to `log`.
 
     CACHE/<task>-<digest>.pt   {"tokens": [[int]], "trainable": [[bool]], "key": {...}}
+    CACHE/features-<digest>.pt the backbone's pass over a corpus in train-mtp's batches (bebop.heads.data)
 
 `trainable[i][j]` is True where token j was written by the policy (not the prompt, not an environment's reply).
 """

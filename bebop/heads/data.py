@@ -13,6 +13,10 @@ blocks of ever new sizes, which is what held train-mtp's peak memory above 4 GiB
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+from typing import Callable
+
 import torch
 
 from bebop.data.batches import pad
@@ -56,6 +60,29 @@ def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf1
         if weight is not None:
             batch.update(_targets(batch["hidden"], to_device(trainable.bool(), device), weight, config.temperature))
         batches.append(batch)
+    return batches
+
+
+def backbone_batches(cache: Path | None, key: str, taps: tuple[int, ...], make: Callable[[], list[dict]],
+                     say) -> list[dict]:
+    """`make()`'s batches (the backbone's pass over the corpus, `make_batches` with `taps`), kept in
+    `cache`/features-<hash of key>.pt, so that a later run on the same corpus and batch settings (`key`: all that
+    fixes them but the taps) reads them back instead of running the backbone again: on a real model that pass is most
+    of a short run. A file made with a fused head's taps serves a top-layer run too (its taps left unread: the file is
+    mapped, not read whole); a run that needs taps the file lacks makes the batches again and writes them with its
+    own. `say` hears which it was."""
+    path = None if cache is None else cache / f"features-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+    if path is not None and path.is_file():
+        saved = torch.load(path, mmap=True, weights_only=False)
+        if saved["key"] == key and (tuple(saved["taps"]) == taps or not taps):
+            say(f"the backbone's pass over the corpus, read from {path}")
+            return [b if taps else {k: v for k, v in b.items() if k != "taps"} for b in saved["batches"]]
+    batches = make()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"key": key, "taps": list(taps), "batches": batches}, tmp)
+        tmp.replace(path)
     return batches
 
 

@@ -49,7 +49,7 @@ from bebop.device import resolve_device, resolve_dtype
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig, learning_rate
 from bebop.heads.corpus import CorpusSource, load_corpus
-from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
+from bebop.heads.data import backbone_batches, choose_draft_vocab, make_batches, split_heldout
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
@@ -96,7 +96,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
                                                           log=say, drafter=data.drafter) if main else None,
                                               wait=GENERATION_WAIT)
         head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, config, use_bf16, checkpoint, say,
-                                             data.batches)
+                                             data.batches, cache)
         head = head.to(device)
         head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
         writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
@@ -115,10 +115,11 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Pa
 
 
 def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, config: TrainMTPConfig,
-             use_bf16: bool, checkpoint: dict | None, say, shared: dict | None = None
+             use_bf16: bool, checkpoint: dict | None, say, shared: dict | None = None, features: Path | None = None
              ) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
     """(the head to train, with its draft vocabulary when it has one; the LM head weight it trains through; the
-    training and held-out batches). `shared`: batches of earlier runs, by what made them (`train_mtp`)."""
+    training and held-out batches). `shared`: batches of earlier runs, by what made them (`train_mtp`); `features`:
+    the directory that keeps the backbone's pass for later runs (`backbone_batches`; None: not kept)."""
     weight = lm_head_weight(model, use_bf16, vocab_limit(tokenizer, model.config.vocab_size))  # [V, d]
     head = new_head(model, config)
     if checkpoint is not None and checkpoint.get("draft_ids") is not None:  # the resumed run's own S
@@ -126,17 +127,20 @@ def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, 
     on_vocab = config.draft_vocab is not None or head.draft_ids is not None
     # data["key"] names the corpus and the policy that wrote it (its weights' fingerprint), and the temperature the
     # log-normalisers are taken at: with the batch settings, all that fixes the batches
-    made_by = json.dumps([data["key"], config.batch_size, config.length_bucket, config.depth, use_bf16, on_vocab,
-                          head.feature_layers],
+    made_by = json.dumps([data["key"], config.batch_size, config.length_bucket, config.depth, use_bf16, on_vocab],
                          sort_keys=True)
-    if shared is not None and made_by in shared:
-        batches = shared[made_by]
+    taps = head.feature_layers  # a fused head's layers, kept with the hidden states
+    if shared is not None and (made_by, taps) in shared:
+        batches = shared[made_by, taps]
         say("the backbone's hidden states" + (" and log-normalisers" if on_vocab else "") + ", from an earlier run")
     else:
-        say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
-        batches = make_batches(model, data, config, use_bf16, weight if on_vocab else None, head.feature_layers)
+        def make() -> list[dict]:
+            say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
+            return make_batches(model, data, config, use_bf16, weight if on_vocab else None, taps)
+
+        batches = backbone_batches(features, made_by, taps, make, say)
         if shared is not None:
-            shared[made_by] = batches
+            shared[made_by, taps] = batches
     train, held = split_heldout(batches, config.heldout_fraction)
     if on_vocab and head.draft_ids is None:
         head.use_draft_vocab(choose_draft_vocab(train, config.draft_vocab, stop_ids(tokenizer, tasks.values())))
