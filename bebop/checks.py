@@ -18,6 +18,7 @@ from typing import Any
 
 PRECISIONS = ("auto", "fp32", "bf16")  # a config's compute dtype (autocast, rollouts): auto = bf16 where it is fast
 METHODS = ("rs", "to", "greedy")  # how drafts are verified (bebop.verify): names a config checks without torch
+OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")  # the draft heads' losses (bebop.losses)
 
 
 def _field(obj: Any, name: str) -> str:
