@@ -31,12 +31,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from bebop.checks import PRECISIONS, check_choice, check_device_name, check_ints, check_number
+from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.data.batches import demo_batches
 from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
-from bebop.device import to_device
+from bebop.device import check_device_name, to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.checkpoint import load_pretrained, save_pretrained

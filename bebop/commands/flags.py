@@ -1,7 +1,6 @@
 """Flags and the config fields behind them, and what `--resume` does with them (no torch: all of it answers before
 anything loads).
 
-    flag_of("prompts_per_step")        # "--prompts": the command line's name for a config field
     given(args)                        # the flags the user typed (`bebop.cli` records them), not argparse's defaults
     changes, note = resumed(...)       # `--resume`: the run's recorded config, with the flags given held against it
 
@@ -14,35 +13,15 @@ applied, and meta.json's `resumes` lists those changes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
-FIELD_FLAGS = {"init_head": "init", "prompts_per_step": "prompts", "group_size": "group", "method": "rollout",
-               "mode": "sync"}
+from bebop.checks import FIELD_FLAGS, flag_of
 
-
-def flag_of(field: str) -> str:
-    """The flag that sets config field `field` (`--batch-size` for batch_size)."""
-    return "--" + FIELD_FLAGS.get(field, field).replace("_", "-")
-
-
-def given_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the flags `argv` gives `parser` (parsed again with every default suppressed)."""
-    actions = [(action, action.default) for action in parser._actions]
-    defaults = dict(parser._defaults)
-    try:
-        for action, _ in actions:
-            action.default = argparse.SUPPRESS
-        parser._defaults.clear()
-        return set(vars(parser.parse_args(argv)))
-    finally:
-        for action, default in actions:
-            action.default = default
-        parser._defaults.update(defaults)
-
+__all__ = ["FIELD_FLAGS", "flag_of", "from_record", "given", "recorded_config", "resumed"]
 
 def given(args: argparse.Namespace) -> set[str]:
     """The flags (by destination) the user gave: what `bebop.cli` recorded, else (a job's parser used directly)
@@ -61,6 +40,15 @@ def recorded_config(run_dir: Path | None) -> dict | None:
     except (OSError, ValueError, AttributeError):
         return None  # an unreadable meta.json is reported where the run is opened
     return config if isinstance(config, dict) else None
+
+
+def from_record(cls: type, recorded: Mapping[str, Any]) -> Any:
+    """The dataclass config `cls` a run recorded (JSON: its earlier field names through `cls.RENAMED`, lists where
+    the config holds tuples, keys it no longer has left out)."""
+    renamed = getattr(cls, "RENAMED", {})
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    values = {renamed.get(k, k): v for k, v in recorded.items()}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
 
 
 def resumed(recorded: Any, wanted: Mapping[str, Any], resumable: tuple[str, ...], where: str,

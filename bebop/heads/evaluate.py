@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from bebop.checks import check_device_name
+from bebop.device import check_device_name
 from bebop.data.batches import pad
 from bebop.data.prompts import PromptOptions, check_prompt_fields, job_prompt_format, prompt_ids
 from bebop.data.tasks import Task, check_task_names, dataset_config

@@ -18,7 +18,8 @@ import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
-from bebop.checks import PRECISIONS, check_choice, check_device_name, check_ints, check_number
+from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
+from bebop.device import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
 from bebop.engine.config import GenerationConfig, deepest

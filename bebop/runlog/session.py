@@ -83,14 +83,16 @@ def open_session(run_dir: str | os.PathLike, config: Any, *, kind: str, resume: 
     # spin against each other on a busy CPU)
     torch.set_num_threads(config.threads or max(1, (os.cpu_count() or 1) // 2 // distributed.local_world()))
     device = resolve_device(config.device)
-    state = files.load_checkpoint(run_dir, format=checkpoints.format, keys=checkpoints.keys) if resume else None
-    changes = {}
-    if state is not None:
-        changes, refused = config_changes(state["config"], config, getattr(type(config), "RESUMABLE", ()))
-        if refused:
-            raise ValueError(f"cannot resume with a different config (checkpoint, now): {refused}")
-    return RunSession(run_dir, config, kind, device, resolve_dtype(config.dtype, device), resume, checkpoints,
-                      state, changes, tuple(mirrors), name, progress and distributed.is_main())
+    dtype = resolve_dtype(config.dtype, device)
+    state, saved = None, None
+    if resume and (run_dir / "meta.json").is_file():  # the checkpoint's config; before it, the one meta.json recorded
+        state = files.load_checkpoint(run_dir, format=checkpoints.format, keys=checkpoints.keys)
+        saved = state["config"] if state is not None else files.read_json(run_dir / "meta.json").get("config")
+    changes, refused = config_changes(saved, config, getattr(type(config), "RESUMABLE", ())) if saved else ({}, {})
+    if refused:
+        raise ValueError(f"cannot resume with a different config (checkpoint, now): {refused}")
+    return RunSession(run_dir, config, kind, device, dtype, resume, checkpoints, state, changes, tuple(mirrors), name,
+                      progress and distributed.is_main())
 
 
 @dataclass
