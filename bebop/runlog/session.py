@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -176,8 +177,6 @@ def check_same_policy(run_dir: Path, policy: Mapping | None) -> None:
 def uninterrupted() -> Iterator[None]:
     """Ctrl-C and SIGTERM held while the block writes, then raised: a checkpoint is written whole or not begun. In
     the main thread only (where signals arrive); elsewhere the block runs as is."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
