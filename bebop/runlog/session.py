@@ -146,13 +146,12 @@ class RunSession:
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """The checkpoint after `step`: `state` (every rank computes it: gathering a sharded model is a collective)
-        with the step and the config, written atomically by rank 0, Ctrl-C and SIGTERM held until it is whole; no
-        rank runs ahead of a checkpoint that is not on disk yet."""
+        with the step and the config, written atomically by rank 0, Ctrl-C and SIGTERM held until it is whole."""
         if distributed.is_main():
             with uninterrupted():
                 files.save_checkpoint(self.run_dir, {**state, "step": step, "config": dataclasses.asdict(self.config)},
                                       format=self.checkpoints.format, keys=self.checkpoints.keys)
-        distributed.barrier()
+        distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     def __enter__(self) -> RunSession:
         return self
