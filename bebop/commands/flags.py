@@ -78,7 +78,11 @@ def _said(field: str, value: Any, source: Callable[[str], str] = flag_of) -> str
 
 
 def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))  # a tuple compares equal to the list it was recorded as
+    """`value` as its record holds it: a tuple compares equal to the list it was recorded as, a dataclass (a
+    pretraining config's model) to its dict."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=str))
 
 
 def _shown(value: Any) -> str:
