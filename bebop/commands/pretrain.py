@@ -10,13 +10,12 @@ The shipped policy in `bebop/assets/default/` was produced by the defaults (seed
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
-from bebop.commands.flags import FIELD_FLAGS, flag_of, from_record, given, recorded_config, resumed
+from bebop.commands.flags import preset_or_record
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.pretrain import PretrainConfig
 
@@ -69,15 +68,7 @@ def config_and_note(args: argparse.Namespace) -> tuple[PretrainConfig, str | Non
         fields["min_lr"] = min(base.min_lr, fields["lr"])
     fields.update(tasks=tuple(args.tasks), dtype=args.dtype, device=args.device,
                   init=None if args.init is None else str(args.init))
-    recorded = recorded_config(args.run_dir) if args.resume else None
-    if recorded is None:
-        return dataclasses.replace(base, **fields), None
-    run, typed = from_record(PretrainConfig, recorded), given(args)
-    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
-    tiny = {k: v for k, v in dataclasses.asdict(base).items() if v != getattr(PretrainConfig(), k)} if args.tiny else {}
-    changes, note = resumed(run, {**tiny, **wanted}, PretrainConfig.RESUMABLE, f"--run-dir {args.run_dir}",
-                            lambda k: flag_of(k) if k in wanted else f"--tiny ({flag_of(k)})")
-    return dataclasses.replace(run, **changes), note
+    return preset_or_record(base, fields, args)
 
 
 def _out(args: argparse.Namespace) -> Path | None:
