@@ -167,7 +167,7 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeyp
     model = Transformer(config).eval()
     train = TrainMTPConfig.tiny("e2e_tv")
     fused = train_mtp(model, tokenizer, TrainMTPConfig(**{**vars(train), "feature_layers": (0,)}), tmp_path / "f",
-                      data=CorpusSource(tmp_path / "d"), out=tmp_path / "head", progress=False)
+                      data=CorpusSource(tmp_path / "d"), out=tmp_path / "head")
     assert fused.feature_layers == (0,)
     start = torch.eye(32, 64)
     assert not torch.equal(fused.fuse.weight, start)  # the projection learned
@@ -177,7 +177,7 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeyp
                     progress=False)
     grown = train_mtp(model, tokenizer, TrainMTPConfig(**{**vars(train), "feature_layers": (1,),
                                                           "init_head": str(tmp_path / "top")}),
-                      tmp_path / "g", data=CorpusSource(tmp_path / "d"), progress=False)
+                      tmp_path / "g", data=CorpusSource(tmp_path / "d"))
     assert grown.feature_layers == (1,) and top.feature_layers == ()
     assert made == [(0,), (1,)]  # the top-layer run read the fused run's pass
     prompts = [tokenizer.encode("1+2=")]

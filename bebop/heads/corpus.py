@@ -39,6 +39,7 @@ from bebop.engine import Engine
 from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.config import GENERATION_ROWS, TrainMTPConfig
+from bebop.files import cache_root
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.play import complete
@@ -203,12 +204,20 @@ def _save(part: dict, path: Path) -> None:
 
 @dataclass(frozen=True)
 class CorpusSource:
-    """Where `train_mtp` finds its data: the corpus cache directory `cache` (None: $BEBOP_CACHE/corpus) and, when
-    several runs train on the same corpus (heads with different objectives), a dict `batches` they share: the first
-    run keeps the backbone's batches there and a later one with the same data and batch settings reads them back
-    instead of running the backbone (and the LM head) over the corpus again."""
+    """Where `train_mtp` finds its data: the corpus cache directory `cache` (None: $BEBOP_CACHE/corpus); `tasks`,
+    the config's tasks as the job got them (`bebop.data.tasks.get`: each dataset read once, before the policy
+    loaded; None: got by `train_mtp`); and, when several runs train on the same corpus (heads with different
+    objectives), a dict `batches` they share: the first run keeps the backbone's batches there and a later one with
+    the same data and batch settings reads them back instead of running the backbone (and the LM head) over the
+    corpus again."""
 
     cache: Path | None = None
     batches: dict | None = None
+    tasks: dict[str, Task] | None = None
     # the head that drafts while the policy writes the corpus (TrainMTPConfig.corpus_head names it; the job loads it)
     drafter: MTPHead | PromptLookup | None = None
+
+    @property
+    def directory(self) -> Path:
+        """The cache directory: `cache`, else $BEBOP_CACHE/corpus."""
+        return self.cache if self.cache is not None else cache_root() / "corpus"
