@@ -173,8 +173,7 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeyp
     assert not torch.equal(fused.fuse.weight, start)  # the projection learned
     assert load_head(tmp_path / "head", config).feature_layers == (0,)
     # adapting a top-layer head with --feature-layers grows its fuse
-    top = train_mtp(model, tokenizer, train, tmp_path / "t", data=CorpusSource(tmp_path / "d"), out=tmp_path / "top",
-                    progress=False)
+    top = train_mtp(model, tokenizer, train, tmp_path / "t", data=CorpusSource(tmp_path / "d"), out=tmp_path / "top")
     grown = train_mtp(model, tokenizer, TrainMTPConfig(**{**vars(train), "feature_layers": (1,),
                                                           "init_head": str(tmp_path / "top")}),
                       tmp_path / "g", data=CorpusSource(tmp_path / "d"))
