@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import bebop.heads.corpus as corpus
+from bebop.data.tasks import Example, Task
 from bebop.data.tasks import get as get_task
 from bebop.data.tasks.code_library import FUNCTIONS
 from bebop.data.tasks.code_styles import HEADER, split_of, source
@@ -130,3 +131,77 @@ def test_chat_prompts_hold_templates_out_and_have_no_verifier():
     assert task.verifiable is False
     with pytest.raises(ValueError, match="no verifier"):
         task.reward(example, "hello")
+
+
+class _OnePrompt(Task):
+    """One prompt, asked `n` times: its answers are n draws from one law the test computes exactly (handed in for
+    "math", a name the config accepts)."""
+
+    name, levels = "one", (1,)
+
+    def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
+        return [Example(prompt="7+8=", answer=15, level=1, task=self.name)] * n
+
+    def reward(self, example: Example, completion: str) -> float:
+        return 0.0
+
+    def _demonstrate(self, example: Example, rng, wrong: bool) -> str:
+        raise NotImplementedError
+
+
+def _first_two_laws(model, tokenizer, prompt: list[int], temperature: float, head: MTPHead | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy's exact law of an answer's first token [V], and of its second [V + 1] (the last cell: no second
+    token, the first having been the stop); with `head`, the second is drawn from the head's draft instead (the
+    first is always the policy's: the prefill's sample, before anything is drafted)."""
+    vocab = model.config.vocab_size
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([prompt]))
+        first = torch.softmax(logits[0, -1].double() / temperature, -1)  # [V]
+        tokens = torch.tensor([prompt + [t] for t in range(vocab)])  # [V, T + 1]
+        after, hidden = model(tokens)  # [V, T + 1, V], [V, T + 1, d]
+        if head is not None:  # the draft of the token after t1, read at the prompt's last position
+            after = head.chain(model, hidden, tokens, 1)[:, :, 0]  # [V, T + 1, V]
+        given = torch.softmax(after[:, len(prompt) - (head is not None)].double() / temperature, -1)  # [V, V]
+    go_on = first.clone()
+    go_on[tokenizer.eos_id] = 0.0
+    return first, torch.cat([go_on @ given, first[tokenizer.eos_id].reshape(1)])  # [V], [V + 1]
+
+
+def _p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
+    """Pearson's χ² goodness of fit, the cells expecting fewer than 5 draws pooled into one."""
+    from scipy.stats import chisquare
+
+    expected = law * counts.sum()
+    big = expected >= 5
+    observed = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    expected = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+    return float(chisquare(observed.numpy(), expected.numpy() * observed.sum().item() / expected.sum().item()).pvalue)
+
+
+def test_a_corpus_drafted_by_a_head_is_the_policy_s_own_distribution(tmp_path):
+    """RS is exact, so the answers a drafting head helps write are draws from the policy itself: the first two tokens
+    of 3,000 drafted answers fit the policy's exact laws (χ², p > 1e-3), and the same counts reject the law the head
+    drafts the second token from (the test can fail: verification that let drafts through unchecked would fit it)."""
+    torch.manual_seed(1)
+    tokenizer = CharTokenizer()
+    config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    model, head = Transformer(config).eval(), MTPHead(config, trained_depth=2).eval()
+    with torch.no_grad():  # peaked laws: a few tokens carry most of the mass, so a wrong law shows in the counts
+        model.lm_head.weight.mul_(8.0)
+    train = dataclasses.replace(TrainMTPConfig.tiny(), tasks=("math",), num_sequences=3000, max_new_tokens=3,
+                                temperature=0.7, corpus_head="h", corpus_gamma=2, corpus_rows=500)
+    answers = load_corpus(None, model, tokenizer, train, {"math": _OnePrompt()}, drafter=head)
+    prompt = tokenizer.encode("7+8=")
+    vocab, stop = config.vocab_size, tokenizer.eos_id
+    counts = [torch.zeros(vocab, dtype=torch.float64), torch.zeros(vocab + 1, dtype=torch.float64)]
+    for tokens in answers["tokens"]:
+        first, *rest = tokens[len(prompt):]
+        counts[0][first] += 1
+        counts[1][rest[0] if first != stop else vocab] += 1
+    laws = _first_two_laws(model, tokenizer, prompt, 0.7)
+    assert all(_p_value(c, law) > 1e-3 for c, law in zip(counts, laws))
+    drafted = _first_two_laws(model, tokenizer, prompt, 0.7, head)[1]
+    assert 0.5 * float((drafted - laws[1]).abs().sum()) > 0.2  # the head alone would write other answers
+    assert _p_value(counts[1], drafted) < 1e-3  # and these counts would show it

@@ -23,6 +23,7 @@ there; it reports its progress and an estimate of the time left to `log`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -45,6 +46,7 @@ from bebop.models.transformer import Transformer
 from bebop.play import complete
 
 DATA_SEED = 2_000_003  # prompts for self-generated data: disjoint from pretraining's and eval's seeds
+CALL_SEED = 7_919  # the sampling seed's stride per answer of a task (a call's first), past any task's index
 
 
 def fingerprint(model: torch.nn.Module) -> str:
@@ -95,13 +97,15 @@ def generate_task(model: Transformer, tokenizer, config: TrainMTPConfig, task: T
     engine, fmt = Engine(model, drafter), job_prompt_format(config, tokenizer)
     examples = task.sample(per_task(config), seed=DATA_SEED + config.seed)
     gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                           gamma=0 if drafter is None else config.corpus_gamma, method="rs",
-                           seed=config.seed * 31 + index)
+                           gamma=0 if drafter is None else config.corpus_gamma, method="rs")
     part = {"tokens": list((done or {}).get("tokens", [])), "trainable": list((done or {}).get("trainable", []))}
     rows = config.corpus_rows
     for start in range(len(part["tokens"]), len(examples), rows):
         chunk = examples[start : start + rows]
-        completions, _ = complete(engine, tokenizer, task, chunk, gen, prompt_format=fmt)
+        # each call its own seed: the engine's random streams are per row of a call, so calls sharing one would
+        # answer a prompt that recurs at the same row (a small split cycled through) with the same draws
+        call = dataclasses.replace(gen, seed=config.seed * 31 + index + CALL_SEED * start)
+        completions, _ = complete(engine, tokenizer, task, chunk, call, prompt_format=fmt)
         for prompt, c in zip(prompt_ids(tokenizer, chunk, fmt), completions):
             part["tokens"].append(prompt + c.tokens)
             part["trainable"].append([False] * len(prompt) + c.policy)
