@@ -213,3 +213,74 @@ def test_an_rl_run_trains_and_scores_fused_heads_on_the_update_s_features(tmp_pa
     rs = shadow[shadow["rule"] == "rs"].set_index(["step", "head"])["accept_length"]
     assert rs[0, "a"] == rs[0, "rollout"] and rs[0, "b"] != rs[0, "a"]
     assert not torch.equal(run.head.fuse.weight, start)
+
+
+def test_the_backbone_pass_kept_beside_the_corpus_reads_back_as_made_fresh(tmp_path):
+    """backbone_batches keeps the pass it made; a later run with the same key reads it back equal to a fresh pass
+    (without running the backbone), a top-layer run reads a fused pass's file as the plain pass, and other taps or
+    another key make the pass again."""
+    from bebop.heads.corpus import load_corpus
+    from bebop.heads.data import backbone_batches, make_batches
+    from bebop.heads.step import lm_head_weight
+
+    model, _ = fused_pair()
+    config = TrainMTPConfig.tiny()
+    tokenizer = CharTokenizer()
+    data = load_corpus(None, model, tokenizer, config, {"math": _Digits()})
+    weight = lm_head_weight(model, False)
+
+    def make(taps):
+        return lambda: make_batches(model, data, config, False, weight, taps)
+
+    def never():
+        raise AssertionError("the pass was made again where the kept one serves")
+
+    said: list[str] = []
+    fresh = {taps: make(taps)() for taps in ((), TAPS, (1,))}
+    assert "taps" in fresh[TAPS][0] and "taps" not in fresh[()][0]
+    backbone_batches(tmp_path, "k", TAPS, make(TAPS), said.append)
+    for taps in (TAPS, ()):  # the fused file serves its own taps and a top-layer run
+        _assert_same(backbone_batches(tmp_path, "k", taps, never, said.append), fresh[taps])
+    assert sum("read from" in line for line in said) == 2
+    _assert_same(backbone_batches(tmp_path, "k", (1,), make((1,)), said.append), fresh[(1,)])
+    _assert_same(backbone_batches(tmp_path, "other", (), make(()), said.append), fresh[()])
+    assert sum("read from" in line for line in said) == 2 and len(list(tmp_path.glob("features-*.pt"))) == 2
+
+
+def _assert_same(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want) and all(a.keys() == b.keys() for a, b in zip(got, want))
+    for a, b in zip(got, want):
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+
+
+class _Digits:
+    """Prompts of digits (the model's vocabulary is 64 ids: the character tokenizer's first ones)."""
+
+    name, stop_strings, verifiable = "math", ("<eos>",), True
+
+    def sample(self, n, seed):
+        from bebop.data.tasks import Example
+
+        return [Example(prompt=str(1000 + 37 * i), answer=0, level=1, task=self.name) for i in range(n)]
+
+
+@torch.no_grad()
+def test_the_policy_positions_read_a_fused_head_on_its_own_features():
+    """bebop.heads.positions gives a fused head its layers' features: grown from a top-layer head it drafts as that
+    head at every position the policy wrote, and its taps then change its q."""
+    from bebop.heads.positions import policy_positions
+
+    model, _ = fused_pair()
+    torch.manual_seed(3)
+    top = MTPHead(model.config, trained_depth=3).eval()
+    fused = top.with_features(TAPS).eval()
+    tokenizer, task = CharTokenizer(), _Digits()
+    examples = task.sample(3, 0)
+    p, qs = policy_positions(model, tokenizer, {"top": top, "fused": fused}, task, examples, temperature=1.0,
+                             max_new_tokens=6)
+    assert p.shape[0] > 0 and qs["fused"].shape == qs["top"].shape == p.shape
+    torch.testing.assert_close(qs["fused"], qs["top"])
+    fused.fuse.weight.add_(0.3 * torch.randn_like(fused.fuse.weight))
+    _, moved = policy_positions(model, tokenizer, {"fused": fused}, task, examples, temperature=1.0, max_new_tokens=6)
+    assert (moved["fused"] - qs["top"]).abs().max() > 1e-3
