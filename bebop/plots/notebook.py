@@ -22,7 +22,6 @@ where `bebop dashboard` (started from the repository, reading ./runs or $BEBOP_R
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import subprocess
@@ -70,7 +69,6 @@ def browser() -> str | None:
     return path if path and Path(path).is_file() and os.access(path, os.X_OK) else None
 
 
-@functools.cache  # once per kernel: the server it starts serves every later figure
 def _png_missing() -> str | None:
     """What keeps kaleido from drawing PNGs here, in words (None: nothing, and its server is running)."""
     if importlib.util.find_spec("kaleido") is None:
