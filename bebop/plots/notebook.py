@@ -60,7 +60,7 @@ def use_renderer() -> str:
 
 def browser() -> str | None:
     """The Chrome or Chromium kaleido would start, found as choreographer finds it, without starting anything;
-    None when there is none (a path that is no executable file counts as none, as it does for choreographer)."""
+    None when there is none (a path that names no executable file counts as none)."""
     if importlib.util.find_spec("choreographer") is None:
         return None
     from choreographer.browsers import Chromium
@@ -72,7 +72,7 @@ def browser() -> str | None:
 def _png_missing() -> str | None:
     """What keeps kaleido from drawing PNGs here, in words (None: nothing, and its server is running)."""
     if importlib.util.find_spec("kaleido") is None:
-        return "kaleido is not installed"
+        return "kaleido is not installed (pip install kaleido)"
     path = browser()
     if path is None:
         return "kaleido found no Chrome or Chromium"
