@@ -166,3 +166,25 @@ def test_prompt_lookup_sits_beside_the_heads_as_a_baseline(policy, tokenizer):
     assert [(r["head"], r["method"]) for r in rows] == [("a", "to"), ("a", "rs"), ("lookup", "to")]
     lookup = rows[-1]
     assert lookup["num_draft_tokens"] > 0 and math.isnan(lookup["d_tv_mean"]) and lookup["draft_vocab"] is None
+
+
+def test_a_sweep_measures_a_task_on_its_held_out_split(policy, tokenizer, monkeypatch):
+    """Tasks with a held-out split (the code styles' functions, chat's requests) are measured on it, never on the
+    prompts a head's corpus draws; chat, which has no verifier, reports no reward (NaN), code a number."""
+    import bebop.heads.evaluate as evaluate
+
+    model, heads = policy
+    seen, real = {}, evaluate.evaluate_one
+
+    def evaluate_one(model, tokenizer, head, task, examples, **kwargs):
+        seen[task.name] = examples
+        return real(model, tokenizer, head, task, examples, **kwargs)
+
+    monkeypatch.setattr(evaluate, "evaluate_one", evaluate_one)
+    config = EvalMTPConfig(heads=("a",), tasks=("code_doc", "chat"), methods=("rs",), temperatures=(1.0,),
+                           num_prompts=3, max_new_tokens=4, teacher_forced=False)
+    rows = {row["task"]: row for row in sweep(model, tokenizer, {"a": heads["a"]}, config, progress=False)}
+    assert {e.meta["split"] for e in seen["code_doc"]} == {"heldout"}
+    held = {e.meta["template"] for e in get_task("chat").heldout().sample(100, seed=0)}
+    assert {e.meta["template"] for e in seen["chat"]} <= held
+    assert rows["chat"]["reward"] != rows["chat"]["reward"] and 0 <= rows["code_doc"]["reward"] <= 1
