@@ -179,6 +179,10 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeyp
                       tmp_path / "g", data=CorpusSource(tmp_path / "d"))
     assert grown.feature_layers == (1,) and top.feature_layers == ()
     assert made == [(0,), (1,)]  # the top-layer run read the fused run's pass
+    with pytest.raises(ValueError, match="taps must be increasing decoder layer indices in \\[0, 1\\]"):
+        train_mtp(model, tokenizer, TrainMTPConfig(**{**vars(train), "feature_layers": (2,)}), tmp_path / "bad",
+                  data=CorpusSource(tmp_path / "bad-data"))
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad-data").exists()  # refused before any work
     prompts = [tokenizer.encode("1+2=")]
     completion = Completion(tokens=tokenizer.encode("3 ok"), policy=[True] * 4, text="", entropy=[], origin=[])
     dtv, share = teacher_forced(model, fused.eval(), prompts, [completion], gamma=2, temperature=1.0)

@@ -54,7 +54,7 @@ from bebop.heads.data import backbone_batches, choose_draft_vocab, make_batches,
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
-from bebop.models.transformer import Transformer
+from bebop.models.transformer import Transformer, check_taps
 from bebop.play import stop_ids
 from bebop.policy import head_meta, load_policy, policy_meta
 from bebop.runlog.mirror import Mirror
@@ -83,6 +83,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run: RunSes
     as the job got them, the cache, batches shared with other runs; on a real model the backbone's pass is most of a
     short run's time). Under torchrun (bebop.distributed) each step's batch is split by rows over the ranks and rank
     0 alone writes."""
+    check_taps(config.feature_layers, model.config.num_hidden_layers)  # refused before the corpus, not hours later
     session = run if isinstance(run, RunSession) else open_run(run, config)
     model = model.float().to(session.device).eval().requires_grad_(False)
     tasks = data.tasks if data.tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
