@@ -58,6 +58,7 @@ def verify(
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
     validate: bool = True,
+    clock=None,
 ) -> Verdict:
     """Accept a prefix of the drafts and pick the next token, batched over rows without a Python loop.
 
@@ -65,7 +66,8 @@ def verify(
     draft_probs [B, γ, V] (q, required for "rs", unused otherwise). `validate=False` skips the value checks
     that need a host sync (token range, probabilities summing to 1); shapes and dtypes are always checked.
     The randomness is `uniforms` [B, γ+1] float64 in [0, 1) if given (the first γ decide acceptance, the last
-    draws the next token: compiled callers pass their random numbers in), else drawn from `generator`.
+    draws the next token: compiled callers pass their random numbers in), else drawn from `generator`. `clock`
+    (a `bebop.engine.phases.PhaseClock`, profiling only) is told when the acceptance tests are done ("decide").
     """
     gamma = _check(draft_tokens, target_probs, draft_probs, method, validate)
     if uniforms is None and method != "greedy":
@@ -81,6 +83,8 @@ def verify(
     else:
         accepted = uniforms[:, :gamma] < alpha  # [B, γ]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B] length of the all-accepted prefix
+    if clock is not None:
+        clock.mark("decide")
     rows = torch.arange(tokens.shape[0], device=tokens.device)  # [B]
     target_next = target_probs[rows, num_accepted]  # [B, V] p at the first rejection, or p_{γ+1}
     if method == "greedy":

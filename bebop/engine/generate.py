@@ -33,6 +33,7 @@ from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.depth import Choice, Depth, DepthConfig, DepthController, FixedDepth
 from bebop.engine.head_cache import FeedRows, HeadCache
 from bebop.engine.lookup import PromptLookup
+from bebop.engine.phases import PhaseClock, tick
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
@@ -83,7 +84,8 @@ class Engine:
     full_logprobs = True
 
     def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | PromptLookup | None = None, *,
-                 compile: bool = False, buckets: Buckets | None = None, depth: DepthController | None = None):
+                 compile: bool = False, buckets: Buckets | None = None, depth: DepthController | None = None,
+                 phases: PhaseClock | None = None):
         # The draft: an MTP head, or prompt lookup (a draft with no model: bebop.engine.lookup).
         self.lookup = mtp if isinstance(mtp, PromptLookup) else None
         mtp = None if self.lookup is not None else mtp
@@ -91,6 +93,7 @@ class Engine:
         # gamma="auto": what chooses each step's depth. It learns across generate() calls (acceptance and step
         # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
         self.depth, self._fixed_depth, self._depths = depth, depth is not None, {}
+        self.phases = phases  # a PhaseClock times every decoding step's phases (profiling: bebop.engine.phases)
         self.config = model.config
         if mtp is not None:
             check_head_fits(mtp.config, self.config)
@@ -147,13 +150,20 @@ class Engine:
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
+            clock = self.phases
             while batch.rows:
+                if clock is not None:
+                    clock.begin()
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows = len(batch.rows)
                 choice = depth.decide(rows)
+                tick(clock, "depth")
                 step = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
                 depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
                 choices.append((choice, step.seconds))
+                if clock is not None:
+                    clock.end("depth", kind=f"γ={choice.gamma}" if choice.gamma else "plain", rows=rows,
+                              tokens=rows + sum(step.num_accepted))
         wall = time.perf_counter() - start
         return out.build(decode_stats(out, verdicts, timing, wall, choices, config))
 
@@ -263,61 +273,78 @@ class Engine:
     def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
               timing) -> Stepped:
         """One decoding step at depth `gamma`: what it took and what each row accepted."""
-        sampling = config.sampling
+        clock = self.phases
+        inner = None if self.compiled else clock  # a compiled phase is one graph: marked around it, not inside
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0, switch_s = time.perf_counter(), 0.0
         if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
             self.head_cache.catch_up(batch)
             switch_s = time.perf_counter() - t0
+            tick(clock, "catch_up")
         # A lookup's q is one-hot at its draft: RS's test is TO's (bebop.engine.lookup), so it is verified as TO.
         method = "to" if self.lookup is not None and config.method == "rs" else config.method
         uniforms = draw_uniforms(len(batch.rows), gamma, method, generator, self.device)  # [B, n]
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
                 0, upload(batch.slots, self.device), uniforms)  # [P, n]
+        tick(clock, "uniforms")
         # 1. draft
-        if gamma > 0 and self.lookup is not None:
-            draft_tokens, draft_probs = self._look_up(batch, gamma, out), None  # [P, γ]
-        elif gamma > 0:
-            draft_tokens, draft_probs = self.draft_step(
-                self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
-                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
-                method=config.method, sampling=sampling)  # [P, γ], [P, γ, V] | None
-        else:
-            draft_tokens, draft_probs = torch.empty(batch.capacity, 0, dtype=torch.long, device=self.device), None
+        draft_tokens, draft_probs = self._draft(batch, gamma, config, uniforms, out)  # [P, γ], [P, γ, V] | None
         self._sync(config)
         t1 = time.perf_counter()
         # 2. verify: one target forward over the pending token and the drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
             self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
-            method=method, sampling=sampling)
+            method=method, sampling=config.sampling, clock=inner)
+        tick(clock if self.compiled else None, "compiled")
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
         table = host_copy(host).tolist()  # HOST SYNC
+        tick(clock, "host_sync")
         results = [unpack_host_row(table[slot], gamma) for slot in batch.slots]
         if gamma > 0:
             verdicts.setdefault(gamma, []).extend([r.num_accepted, *r.verified_entropies] for r in results)
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
         keep, parked = self._retire(batch, results, gamma, out)
+        tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
             index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep)
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))
+            tick(clock, "compact")
         if batch.rows:
             accepted_host = [results[i].num_accepted for i in keep]
             self._advance(batch, gamma, num_accepted, accepted_host, next_token, emitted, hidden, config)
+            tick(clock, "advance")
         seconds = time.perf_counter() - t0
         if parked:
             self._settle(batch, parked, config, generator, out)
+            tick(clock, "feed")
         self._sync(config)
         t3 = time.perf_counter()
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
         return Stepped(seconds, switch_s, [r.num_accepted for r in results])
+
+    def _draft(self, batch: Batch, gamma: int, config, uniforms: torch.Tensor, out: RolloutBuilder):
+        """The step's drafts [P, γ] and, for "rs" with a head, their q [P, γ, V] (else None)."""
+        clock = self.phases
+        if gamma > 0 and self.lookup is not None:
+            drafts = self._look_up(batch, gamma, out)  # [P, γ]
+            tick(clock, "draft_lookup")
+            return drafts, None
+        if gamma == 0:
+            return torch.empty(batch.capacity, 0, dtype=torch.long, device=self.device), None
+        drafted = self.draft_step(
+            self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
+            kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
+            method=config.method, sampling=config.sampling, clock=None if self.compiled else clock)
+        tick(clock if self.compiled else None, "compiled")
+        return drafted
 
     def _look_up(self, batch: Batch, gamma: int, out: RolloutBuilder) -> torch.Tensor:
         """Each live row's γ prompt-lookup drafts [P, γ] from its history so far (padding rows draft token 0)."""
@@ -350,7 +377,9 @@ class Engine:
         elif batch.draft_cache is not None:
             batch.draft_hidden, batch.draft_logits = self.catch_up_step(
                 self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
-                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len))
+                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len),
+                clock=None if self.compiled else self.phases)
+            tick(self.phases if self.compiled else None, "compiled")
         else:
             batch.cache.lengths += num_accepted + 1
         if batch.capacity > len(batch.rows):

@@ -27,6 +27,7 @@ import torch
 from torch.fx.experimental import _config as fx_config
 from torch.utils._pytree import tree_map_only
 
+from bebop.engine.phases import PhaseClock, tick
 from bebop.models.kvcache import KVCache
 from bebop.sampling import entropy, probs_from_logits, sample
 from bebop.verify import verify
@@ -84,7 +85,8 @@ def unpack_host_row(row: list[float], gamma: int) -> StepRow:
 
 
 def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache, uniforms: torch.Tensor, *,
-          kv_len: int, gamma: int, method: str, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
+          kv_len: int, gamma: int, method: str, sampling: Sampling,
+          clock: PhaseClock | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """gamma draft tokens [B, γ] from the head's step-1 logits [B, K] and hidden [B, 1, d], and for "rs" their
     draft distributions [B, γ, V]. Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
 
@@ -100,17 +102,22 @@ def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache
         token = mtp.to_target(index)  # [B] target ids
         tokens.append(token)
         probs.append(draft_probs)
+        tick(clock, "draft_sample")
         if k + 1 < gamma:
             # Step k+2 sits at position L + k: one past the previous draft query.
             _, hidden = mtp.forward_cached(model, hidden, token[:, None], cache, kv_len=kv_len, compute_logits=False)
             logits = mtp.logits(model, hidden)[:, 0]  # [B, K]
             cache.lengths += 1
+            tick(clock, "draft_forward")
     cache.lengths -= gamma - 1
-    return torch.stack(tokens, 1), (mtp.full_probs(torch.stack(probs, 1)) if method == "rs" else None)
+    full = mtp.full_probs(torch.stack(probs, 1)) if method == "rs" else None
+    tick(clock, "draft_scatter")
+    return torch.stack(tokens, 1), full
 
 
 def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
-                cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling):
+                cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling,
+                clock: PhaseClock | None = None):
     """One target forward over [pending [B], drafts [B, γ]], then verification (or, at γ = 0, a plain draw).
 
     Returns (host [B, 3γ+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
@@ -119,35 +126,48 @@ def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_
     batch, gamma = draft_tokens.shape
     uniforms = verify_uniforms(uniforms, gamma)  # [B, γ+1]
     tokens = torch.cat([pending[:, None], draft_tokens], 1)  # [B, γ+1]
-    logits, hidden = model.forward(tokens, cache, kv_len=kv_len)  # [B, γ+1, V], [B, γ+1, d]
+    _, hidden = model.forward(tokens, cache, kv_len=kv_len, compute_logits=False)  # [B, γ+1, d]
+    tick(clock, "verify_forward")
+    logits = model.lm_logits(hidden)  # [B, γ+1, V]
+    tick(clock, "verify_lm_head")
     target_probs = probs_from_logits(logits, *sampling)  # [B, γ+1, V]
+    tick(clock, "target_probs")
     if gamma > 0:
-        verdict = verify(draft_tokens, target_probs, draft_probs, method=method, uniforms=uniforms, validate=False)
+        verdict = verify(draft_tokens, target_probs, draft_probs, method=method, uniforms=uniforms, validate=False,
+                         clock=clock)
         num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]
     else:
         num_accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
         next_token = sample(target_probs[:, 0], uniform=uniforms[:, 0])
+    tick(clock, "next_token")
     position = torch.arange(gamma + 1, device=tokens.device)  # [γ+1]
     padded = torch.cat([draft_tokens, next_token[:, None]], 1)  # [B, γ+1]
     emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
     logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
     ent = entropy(target_probs)  # [B, γ+1]
-    return pack_host_table(num_accepted, emitted, logp, ent), num_accepted, next_token, emitted, hidden
+    host = pack_host_table(num_accepted, emitted, logp, ent)
+    tick(clock, "stats")
+    return host, num_accepted, next_token, emitted, hidden
 
 
 def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accepted: torch.Tensor,
-             cache: KVCache, draft_cache: KVCache, *, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+             cache: KVCache, draft_cache: KVCache, *, kv_len: int,
+             clock: PhaseClock | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Advance both caches by each row's num_accepted + 1 and catch the head up on the emitted tokens.
 
     The head's entry L+i pairs the target's h_{L+i} (hidden [B, γ+1, d]) with emitted token i (emitted [B, γ+1]);
     the entry at the row's accepted count is the next step-1 draft query, whose hidden [B, 1, d] and logits [B, V]
     are returned ([B, K] over the head's draft vocabulary). Later entries are stale, overwritten later."""
     _, out = mtp.forward_cached(model, hidden, emitted, draft_cache, kv_len=kv_len, compute_logits=False)
+    tick(clock, "draft_forward")
     rows = torch.arange(emitted.shape[0], device=emitted.device)  # [B]
     draft_hidden = out[rows, num_accepted][:, None]  # [B, 1, d]
     draft_cache.lengths += num_accepted + 1
     cache.lengths += num_accepted + 1
-    return draft_hidden, mtp.logits(model, draft_hidden)[:, 0]
+    tick(clock, "advance")
+    logits = mtp.logits(model, draft_hidden)[:, 0]  # [B, K]
+    tick(clock, "draft_forward")
+    return draft_hidden, logits
 
 
 def graphed(fn):
