@@ -36,6 +36,9 @@ from bebop.engine.lookup import PromptLookup
 from bebop.engine.phases import PhaseClock, tick
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
+from bebop.engine.ragged import layout_of
+from bebop.engine.depth.rows import RowDepths, RowsConfig
+from bebop.engine.sources import by_slot, row_states, step_drafts
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.models.mtp import check_head_fits
@@ -50,6 +53,8 @@ class Stepped:
     seconds: float  # the step's seconds, before any env feed
     switch_s: float  # of them, catching the head up after plain steps (a price of switching depth, not of γ)
     num_accepted: list[int]  # per row that ran it
+    depths: list[int]  # each row's depth
+    draft_s: float  # of `seconds`, drafting: the draft itself (head or lookup) and the head's catch-up on the kept
 
 
 class Engine:
@@ -94,6 +99,7 @@ class Engine:
         # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
         self.depth, self._fixed_depth, self._depths = depth, depth is not None, {}
         self.phases = phases  # a PhaseClock times every decoding step's phases (profiling: bebop.engine.phases)
+        self.row_lookup = PromptLookup()  # the rows a per-row choice has draft by lookup beside the head
         self.config = model.config
         if mtp is not None:
             check_head_fits(mtp.config, self.config)
@@ -156,10 +162,14 @@ class Engine:
                     clock.begin()
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows = len(batch.rows)
-                choice = depth.decide(rows)
+                choice = (depth.decide(rows, row_states(self, batch, out, depth.config.lookup))
+                          if getattr(depth, "per_row", False) else depth.decide(rows))
                 tick(clock, "depth")
-                step = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
-                depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
+                step = self._step(batch, choice, config, generator, out, verdicts, timing)
+                if getattr(depth, "per_row", False):
+                    depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, step.switch_s, step.draft_s)
+                else:
+                    depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
                 choices.append((choice, step.seconds))
                 if clock is not None:
                     clock.end("depth", kind=f"γ={choice.gamma}" if choice.gamma else "plain", rows=rows,
@@ -177,9 +187,10 @@ class Engine:
                 raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
                                  f"config.max_gamma is {config.max_gamma}")
             return self.depth
-        key = (config.max_gamma, config.method)
+        key = (config.max_gamma, config.method, config.per_row)
         if key not in self._depths:
-            self._depths[key] = DepthController(DepthConfig(config.max_gamma))
+            self._depths[key] = (RowDepths(RowsConfig(config.max_gamma, head=self.mtp is not None)) if config.per_row
+                                 else DepthController(DepthConfig(config.max_gamma)))
         self.depth = self._depths[key]
         return self.depth
 
@@ -270,43 +281,46 @@ class Engine:
         if done:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
-    def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
+    def _step(self, batch: Batch, choice: Choice, config, generator, out: RolloutBuilder, verdicts: dict,
               timing) -> Stepped:
-        """One decoding step at depth `gamma`: what it took and what each row accepted."""
+        """One decoding step, each row at its depth in `choice`: what it took and what each row accepted."""
         clock = self.phases
-        inner = None if self.compiled else clock  # a compiled phase is one graph: marked around it, not inside
+        depths = choice.row_depths()
+        gamma = max(depths, default=0)
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0, switch_s = time.perf_counter(), 0.0
         if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
             self.head_cache.catch_up(batch)
             switch_s = time.perf_counter() - t0
             tick(clock, "catch_up")
-        # A lookup's q is one-hot at its draft: RS's test is TO's (bebop.engine.lookup), so it is verified as TO.
-        method = "to" if self.lookup is not None and config.method == "rs" else config.method
-        uniforms = draw_uniforms(len(batch.rows), gamma, method, generator, self.device)  # [B, n]
+        uniforms = draw_uniforms(len(batch.rows), gamma, self._uniforms_method(choice, config), generator, self.device)
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
                 0, upload(batch.slots, self.device), uniforms)  # [P, n]
         tick(clock, "uniforms")
-        # 1. draft
-        draft_tokens, draft_probs = self._draft(batch, gamma, config, uniforms, out)  # [P, γ], [P, γ, V] | None
+        # 1. draft: each row to its own depth, from the head or prompt lookup (bebop.engine.sources)
+        drafts = step_drafts(self, batch, choice, config, uniforms, out)
+        ragged = choice.depths is not None and len(set(depths)) > 1
+        widths = by_slot(batch, [d + 1 for d in depths], 1) if ragged else [gamma + 1] * batch.capacity
+        layout = layout_of(widths, batch.capacity, self.device)
         self._sync(config)
         t1 = time.perf_counter()
-        # 2. verify: one target forward over the pending token and the drafts
+        # 2. verify: one target forward over each row's pending token and its drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
-            self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
-            method=method, sampling=config.sampling, clock=inner)
+            self.model, batch.pending, drafts, batch.cache, uniforms, kv_len=kv_len, method=config.method,
+            sampling=config.sampling, layout=layout, clock=None if self.compiled else clock)
         tick(clock if self.compiled else None, "compiled")
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
         table = host_copy(host).tolist()  # HOST SYNC
         tick(clock, "host_sync")
-        results = [unpack_host_row(table[slot], gamma) for slot in batch.slots]
-        if gamma > 0:
-            verdicts.setdefault(gamma, []).extend([r.num_accepted, *r.verified_entropies] for r in results)
+        results = [unpack_host_row(table[slot], gamma, d) for slot, d in zip(batch.slots, depths)]
+        for r, d in zip(results, depths):
+            if d > 0:
+                verdicts.setdefault(d, []).append([r.num_accepted, *r.verified_entropies])
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
-        keep, parked = self._retire(batch, results, gamma, out)
+        keep, parked = self._retire(batch, results, depths, out)
         tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
@@ -315,9 +329,10 @@ class Engine:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))
             tick(clock, "compact")
+        head_s = 0.0
         if batch.rows:
-            accepted_host = [results[i].num_accepted for i in keep]
-            self._advance(batch, gamma, num_accepted, accepted_host, next_token, emitted, hidden, config)
+            head_s = self._advance(batch, gamma, num_accepted, [results[i].num_accepted for i in keep], next_token,
+                                   emitted, hidden, config)
             tick(clock, "advance")
         seconds = time.perf_counter() - t0
         if parked:
@@ -328,40 +343,22 @@ class Engine:
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
-        return Stepped(seconds, switch_s, [r.num_accepted for r in results])
+        return Stepped(seconds, switch_s, [r.num_accepted for r in results], depths, t1 - t0 - switch_s + head_s)
 
-    def _draft(self, batch: Batch, gamma: int, config, uniforms: torch.Tensor, out: RolloutBuilder):
-        """The step's drafts [P, γ] and, for "rs" with a head, their q [P, γ, V] (else None)."""
-        clock = self.phases
-        if gamma > 0 and self.lookup is not None:
-            drafts = self._look_up(batch, gamma, out)  # [P, γ]
-            tick(clock, "draft_lookup")
-            return drafts, None
-        if gamma == 0:
-            return torch.empty(batch.capacity, 0, dtype=torch.long, device=self.device), None
-        drafted = self.draft_step(
-            self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
-            kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
-            method=config.method, sampling=config.sampling, clock=None if self.compiled else clock)
-        tick(clock if self.compiled else None, "compiled")
-        return drafted
+    def _uniforms_method(self, choice: Choice, config) -> str:
+        """The uniforms' layout (bebop.engine.step): a lookup's q is one-hot at its draft, RS's test is then TO's, so a
+        step whose every row drafts by lookup draws TO's numbers (no draft draws)."""
+        looked = choice.lookup if choice.lookup is not None else (self.lookup is not None,)
+        return "to" if all(looked) and config.method == "rs" else config.method
 
-    def _look_up(self, batch: Batch, gamma: int, out: RolloutBuilder) -> torch.Tensor:
-        """Each live row's γ prompt-lookup drafts [P, γ] from its history so far (padding rows draft token 0)."""
-        drafts = [self.lookup.propose(out.history(row), gamma) for row in batch.rows]
-        if batch.capacity == len(batch.rows):
-            return upload(drafts, self.device)
-        return torch.zeros(batch.capacity, gamma, dtype=torch.long, device=self.device).index_copy_(
-            0, upload(batch.slots, self.device), upload(drafts, self.device))
-
-    def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
+    def _retire(self, batch: Batch, results: list[StepRow], depths: list[int],
                 out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
         """Append each row's emitted tokens to `out`. Returns the rows that go on (indices into the batch) and the
         parked rows' feeds for `_settle`: (index among the kept rows, start position, [stop token, env reply...])."""
         keep, parked = [], []
-        for i, r in enumerate(results):
+        for i, (r, depth) in enumerate(zip(results, depths)):
             n = r.num_accepted
-            origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
+            origins = ["plain"] if depth == 0 else ["accepted"] * n + ["recovered" if n < depth else "bonus"]
             state, stop_at, reply = out.append(batch.rows[i], r.tokens, r.logprobs, r.entropies, origins)
             if state != "done":
                 keep.append(i)
@@ -370,7 +367,10 @@ class Engine:
         return keep, parked
 
     def _advance(self, batch: Batch, gamma: int, num_accepted, accepted_host: list[int], next_token, emitted,
-                 hidden, config) -> None:
+                 hidden, config) -> float:
+        """Move the caches past what each row kept; returns the seconds of the head's catch-up (0 without one)."""
+        start = time.perf_counter()
+        head_s = 0.0
         if batch.draft_cache is not None and gamma == 0:  # gamma="auto" chose plain decoding: the head waits
             batch.head_lag.append((hidden, emitted))  # [P, 1, d], [P, 1]
             batch.cache.lengths += 1
@@ -380,6 +380,7 @@ class Engine:
                 kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len),
                 clock=None if self.compiled else self.phases)
             tick(self.phases if self.compiled else None, "compiled")
+            head_s = time.perf_counter() - start
         else:
             batch.cache.lengths += num_accepted + 1
         if batch.capacity > len(batch.rows):
@@ -389,3 +390,4 @@ class Engine:
                     cache.lengths.clamp_(max=cache.max_len - config.depth - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
+        return head_s

@@ -38,10 +38,19 @@ class PromptLookup:
 
     def propose(self, history: list[int], gamma: int) -> list[int]:
         """γ draft tokens continuing `history` (whose last token is the pending one)."""
+        n, start = self.match(history)
+        if n == 0:
+            return [history[-1]] * gamma
+        follow = history[start + n:start + n + gamma]
+        return follow + [follow[-1]] * (gamma - len(follow))
+
+    def match(self, history: list[int]) -> tuple[int, int]:
+        """(n, start): the longest n-gram ending `history` that occurred earlier, and where its latest earlier
+        occurrence starts; (0, 0) without one. n is what a per-row choice of draft reads: the longer the match, the
+        likelier its continuation (bebop.engine.depth.rows)."""
         for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):
             suffix = history[-n:]
             for start in range(len(history) - n - 1, -1, -1):  # the latest earlier occurrence wins
                 if history[start:start + n] == suffix:
-                    follow = history[start + n:start + n + gamma]
-                    return follow + [follow[-1]] * (gamma - len(follow))
-        return [history[-1]] * gamma
+                    return n, start
+        return 0, 0

@@ -248,6 +248,13 @@ class Transformer(nn.Module):
         hidden = self._layers(tokens, cos, sin, attends)  # [B, S, d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
 
+    def forward_layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       attends: list[Attend]) -> torch.Tensor:
+        """Hidden states [B, S, d] after the final norm of tokens [B, S] under the caller's RoPE tables (broadcastable
+        to [B, H, S, D]) and attention per layer, which `forward` builds itself: for a caller that lays its tokens
+        out otherwise (the engine's ragged verification, bebop.engine.ragged)."""
+        return self._layers(tokens, cos, sin, attends)
+
     def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 attends: list[Attend]) -> torch.Tensor:
         x = self.model.embed_tokens(tokens)  # [B, S, d]

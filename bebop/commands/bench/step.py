@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args, device_and_dtype
-from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.gamma_arg import ADAPTIVE, gamma_arg, static
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy
 
 CALLS = 20  # forwards per micro-benchmark cell (bebop.commands.bench.costs.step_cost_cells)
@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default="math", help="prompts: this task's held-out examples (default: %(default)s)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="rows counts (default: 1 8 32)")
     parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
-                        help="speculative depths beside plain decoding: ints >= 1 or 'auto' (default: 3)")
+                        help="speculative depths beside plain decoding: ints >= 1, 'auto' (one depth per step) or "
+                             "'rows' (each row its own) (default: 3)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per row (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: %(default)s)")
@@ -53,8 +54,8 @@ def check_args(args: argparse.Namespace) -> None:
     check_flags(args, ("--new-tokens", "--repeats", "--batch"), low=1)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    if any(g != "auto" and g < 1 for g in args.gamma):
-        raise ValueError(f"--gamma values must be ints >= 1 or 'auto' (plain decoding is always profiled), "
+    if any(g < 1 for g in static(args.gamma)):
+        raise ValueError(f"--gamma values must be ints >= 1, 'auto' or 'rows' (plain decoding is always profiled), "
                          f"got {args.gamma}")
     if not 0 < args.temperature < float("inf"):
         raise ValueError(f"--temperature must be a finite number > 0, got {args.temperature}")
@@ -77,7 +78,7 @@ def profile_batch(model, head, tokenizer, batch: int, args) -> dict:
     prompt_args = argparse.Namespace(task=args.task, prompt_len=16)
     prompts, _, _ = bench_prompts(prompt_args, model.config.vocab_size, batch, torch.Generator().manual_seed(0),
                                   tokenizer)
-    max_gamma = max((g for g in args.gamma if g != "auto"), default=GenerationConfig.max_gamma)
+    max_gamma = max(static(args.gamma), default=GenerationConfig.max_gamma)
     calls, cells = {}, {}
     for gamma in [0, *dict.fromkeys(args.gamma)]:
         engine = Engine(model, head, compile=args.compile, phases=PhaseClock())
@@ -91,7 +92,7 @@ def profile_batch(model, head, tokenizer, batch: int, args) -> dict:
             runs.append((list(engine.phases.steps), rollout.stats))
             return rollout
         cells[("bebop", "plain" if gamma == 0 else "rs", gamma, args.compile)] = cell
-        if gamma != "auto" and gamma > 0 and engine.mtp is not None:  # (prompt lookup has no head to time)
+        if gamma not in ADAPTIVE and gamma > 0 and engine.mtp is not None:  # (prompt lookup has no head to time)
             context = max(len(p) for p in prompts) + args.new_tokens // 2
             cells.update({("cost", part, gamma, args.compile): fn
                           for part, fn in step_cost_cells(engine, batch, gamma, context, CALLS).items()})
