@@ -105,30 +105,50 @@ def mean_phases(steps: list[dict]) -> dict[str, float]:
     return out
 
 
+def row_step_costs(steps: list[dict]) -> dict[str, float]:
+    """Seconds per row-step of each phase over `steps` (their sum over the rows they ran), "step" the whole;
+    "forwards_full" the forward phases' over the steps that ran every row (the most any step ran), "rows" that count,
+    "tokens_per_row" the emitted tokens per row-step."""
+    rows = sum(s["rows"] for s in steps)
+    out = {name: sum(s["phases"].get(name, 0.0) for s in steps) / rows for name in PHASES}
+    out["step"] = sum(s["seconds"] for s in steps) / rows
+    out["rows"] = max(s["rows"] for s in steps)
+    full = [s for s in steps if s["rows"] == out["rows"]]
+    out["forwards_full"] = sum(s["phases"].get(n, 0.0) for s in full for n in FORWARD_PHASES) / sum(
+        s["rows"] for s in full)
+    out["tokens_per_row"] = sum(s["tokens"] for s in steps) / rows
+    return out
+
+
 def gap_terms(plain: dict[str, float], spec: dict[str, float], *, unit_s: float, modelled_s: float,
               predicted_tokens: float, wall_speedup: float) -> dict[str, float]:
     """Where the measured speedup departs from the cost model's, in log-points (100·ln of a ratio; they add up to
     100·ln(measured / predicted) exactly, and each is about a percentage).
 
-    plain / spec: `mean_phases` of plain and speculative steps. The cost model: a plain step costs `unit_s` (its
-    one-token target forward), a speculative step `modelled_s` (verification and draft forwards) and emits
-    `predicted_tokens` per row; so it predicts predicted_tokens · unit_s / modelled_s. The measurement
-    `wall_speedup` is wall time over wall time, prefill included. The identity behind the terms:
+    plain / spec: `row_step_costs` of plain and speculative steps over B rows. The cost model: a plain step costs
+    `unit_s` (its one-token target forward), a speculative step `modelled_s` (verification and draft forwards) and
+    emits `predicted_tokens` per row; so it predicts predicted_tokens · unit_s / modelled_s. The measurement
+    `wall_speedup` is wall time over wall time, prefill included. With c the seconds per row-step (the steps'
+    seconds over the rows they ran) the identity behind the terms is
 
-        measured / predicted = (wall / steps) · (tokens_per_row / predicted_tokens) · (rows_spec / rows_plain)
-                               · (plain forwards / unit_s) · (plain step / plain forwards)
-                               / (spec forwards / modelled_s) / (spec step / spec forwards)
+        measured / predicted = (wall / steps) · (tokens_per_row / predicted_tokens)
+                               · (c_plain forwards · B / unit_s) · (c_plain / c_plain forwards)
+                               / (c_spec forwards of full steps · B / modelled_s) / (c_spec forwards / of full steps)
+                               / (c_spec / c_spec forwards)
 
-    with steps = the step loops' own speedup; the two "step / forwards" ratios are split over the phases outside the
-    forwards by their seconds ("plain:" terms help drafting: they slow plain decoding; "spec:" terms hurt it)."""
+    with steps = the step loops' own speedup (tokens per second). "the ragged tail" is the forwards' cost per row-step
+    over all steps against the steps that ran every row: rows that finish early leave steps of fewer rows, which cost
+    more per row. The two "c / c forwards" ratios are split over the phases outside the forwards by their seconds
+    ("plain:" terms help drafting: they slow plain decoding; "spec:" terms hurt it)."""
     forwards = {k: sum(d[name] for name in FORWARD_PHASES) for k, d in (("plain", plain), ("spec", spec))}
-    steps_speedup = spec["tokens_per_row"] * spec["rows"] / spec["step"] / (plain["rows"] / plain["step"])
+    steps_speedup = spec["tokens_per_row"] / spec["step"] / (plain["tokens_per_row"] / plain["step"])
+    rows = plain["rows"]
     log = lambda x: 100 * math.log(x)  # noqa: E731
-    terms = {"prefill and the last steps": log(wall_speedup / steps_speedup),
+    terms = {"prefill, and tokens past the budget": log(wall_speedup / steps_speedup),
              "tokens per row-step": log(spec["tokens_per_row"] / predicted_tokens),
-             "rows per step": log(spec["rows"] / plain["rows"]),
-             "plain forward vs the cost unit": log(forwards["plain"] / unit_s),
-             "spec forwards vs the cost model": -log(forwards["spec"] / modelled_s)}
+             "plain forward vs the cost unit": log(forwards["plain"] * rows / unit_s),
+             "spec forwards vs the cost model": -log(spec["forwards_full"] * rows / modelled_s),
+             "the ragged tail (steps of fewer rows)": -log(forwards["spec"] / spec["forwards_full"])}
     for kind, data, sign in (("plain", plain, 1), ("spec", spec, -1)):
         outside = data["step"] - forwards[kind]
         total = log(data["step"] / forwards[kind])

@@ -110,7 +110,7 @@ def batch_records(batch: int, profiled: dict, args) -> list[dict]:
     prediction and the gap's terms."""
     from bebop.commands.bench.costs import step_costs
     from bebop.commands.bench.rounds import round_ratio, round_ratio_se
-    from bebop.engine.phases import gap_terms, mean_phases
+    from bebop.engine.phases import gap_terms, mean_phases, row_step_costs
     from bebop.metrics import expected_tokens_per_step
 
     plain_seconds = profiled[0]["seconds"]
@@ -132,8 +132,8 @@ def batch_records(batch: int, profiled: dict, args) -> list[dict]:
             unit = statistics.median(parts["target_1"]) / CALLS
             modelled = unit * (costs["verify_cost"] + gamma * costs["draft_cost"])
             record.update(costs, predicted=tokens * unit / modelled, gap=gap_terms(
-                plain, spec, unit_s=unit, modelled_s=modelled, predicted_tokens=tokens,
-                wall_speedup=record["speedup"]))
+                row_step_costs(profiled[0]["steps"]), row_step_costs(cell["steps"]), unit_s=unit, modelled_s=modelled,
+                predicted_tokens=tokens, wall_speedup=record["speedup"]))
         records.append(record)
     return records
 
