@@ -443,7 +443,7 @@ def _head_state_after_plain_steps(model, head, prompts, steps: int, every_step: 
     start = batch.draft_cache.lengths.clone()
     assert start.tolist() == [len(p) for p in prompts]
     for k in range(steps):
-        engine._step(batch, FixedDepth(0).decide(len(batch.rows)), config, generator, out, {},
+        engine._step(batch, FixedDepth(0).decide(len(batch.rows)), config, generator, (out, None), {},
                      dict.fromkeys(("draft", "verify", "advance"), 0.0))
         assert len(batch.head_lag) == (1 if every_step else k + 1)  # the step left the head's cache where it was
         assert batch.draft_cache.lengths.equal(start + (k if every_step else 0))

@@ -260,3 +260,19 @@ def test_vectorised_pooling_matches_metrics_pool():
         plots.pooled(pd.concat([train, _train(3, gamma=2)], ignore_index=True))
     with pytest.raises(ValueError, match="no speculative counters"):
         plots.pooled(_train(3, spec=False))
+
+
+def test_row_depths_and_budgets_from_a_rollouts_counters():
+    from bebop.plots.row_depths import budget_figure, budgets, row_depth_figure, row_depths
+
+    train = pd.DataFrame({"step": [1, 2], "spec/num_row_depth/0": [6, 0], "spec/num_row_depth/1": [2, 4],
+                          "spec/num_row_depth/3": [0, 4], "spec/num_budget_tokens": [10, 24],
+                          "engine/num_row_steps": [8, 8], "spec/num_lookup_row_steps": [2, 0],
+                          "engine/priced_steps/predicted_s": [1.0, 2.0], "engine/priced_steps/measured_s": [1.1, 1.8]})
+    depths = row_depths({"r": train, "plain": pd.DataFrame({"step": [1]})})
+    assert set(depths["run"]) == {"r"}
+    shares = depths.pivot(index="step", columns="depth", values="share")
+    assert shares.loc[1].tolist() == [0.75, 0.25, 0.0] and shares.loc[2].tolist() == [0.0, 0.5, 0.5]
+    table = budgets({"r": train})
+    assert table["budget_per_row"].tolist() == [1.25, 3.0] and table["lookup_share"].tolist() == [0.25, 0.0]
+    assert len(row_depth_figure(depths).data) == 3 and len(budget_figure(table).data) == 1

@@ -132,7 +132,7 @@ def _price(costs: RowCosts, rows: int, *, plain: float, per_draft: float, deep: 
 def _taught(accept_low: float, accept_high: float, k: int = 3) -> RowDepths:
     """A controller whose head law has learnt that rows at H = 0.2 accept `accept_high` of their drafts and rows at
     H = 2.0 `accept_low`, at every position."""
-    controller = RowDepths(RowsConfig(k, lookup=False, probe_every=0))
+    controller = RowDepths(RowsConfig(k, lookup=False, probe_budget=0))
     for _ in range(200):
         for entropy, rate in ((0.2, accept_high), (2.0, accept_low)):
             accepted = round(rate * 10)
@@ -166,7 +166,7 @@ def test_dear_verification_shrinks_the_budget_and_never_picks_what_the_model_say
 
 
 def test_rows_with_a_long_match_draft_by_lookup_where_it_accepts_more():
-    controller = RowDepths(RowsConfig(2, probe_every=0))
+    controller = RowDepths(RowsConfig(2, probe_budget=0))
     for _ in range(100):
         controller.head_law.observe(1.0, 2, 0)  # the head's drafts are all rejected here
         controller.lookup_law.observe(3.0, 2, 2)  # lookup's, on a 3-token match, all accepted
@@ -183,4 +183,4 @@ def test_a_new_bucket_measures_plain_then_drafting_first():
         choice = controller.decide(3, states)
         seen.append(choice.depths)
         controller.observe(3, choice.gamma, 1.0 + 0.1 * sum(choice.depths), [0] * 3)
-    assert seen[:3] == [(0, 0, 0), (0, 0, 0), (2, 2, 2)]
+    assert seen[:2] == [(0, 0, 0), (0, 0, 0)] and sum(seen[2]) > 0  # then its best budget

@@ -38,7 +38,7 @@ from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder,
 from bebop.engine.stops import Decode
 from bebop.engine.ragged import layout_of
 from bebop.engine.depth.rows import RowDepths, RowsConfig
-from bebop.engine.sources import by_slot, row_states, step_drafts
+from bebop.engine.sources import Histories, by_slot, row_states, step_drafts
 from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.models.mtp import check_head_fits
@@ -156,16 +156,16 @@ class Engine:
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
-            clock = self.phases
+            clock, histories = self.phases, Histories(self.lookup or self.row_lookup, out)
             while batch.rows:
                 if clock is not None:
                     clock.begin()
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows = len(batch.rows)
-                choice = (depth.decide(rows, row_states(self, batch, out, depth.config.lookup))
+                choice = (depth.decide(rows, row_states(batch, out, histories if depth.config.lookup else None))
                           if getattr(depth, "per_row", False) else depth.decide(rows))
                 tick(clock, "depth")
-                step = self._step(batch, choice, config, generator, out, verdicts, timing)
+                step = self._step(batch, choice, config, generator, (out, histories), verdicts, timing)
                 if getattr(depth, "per_row", False):
                     depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, step.switch_s, step.draft_s)
                 else:
@@ -281,10 +281,11 @@ class Engine:
         if done:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
-    def _step(self, batch: Batch, choice: Choice, config, generator, out: RolloutBuilder, verdicts: dict,
-              timing) -> Stepped:
-        """One decoding step, each row at its depth in `choice`: what it took and what each row accepted."""
-        clock = self.phases
+    def _step(self, batch: Batch, choice: Choice, config, generator, rollout: tuple[RolloutBuilder, Histories],
+              verdicts: dict, timing) -> Stepped:
+        """One decoding step, each row at its depth in `choice`, into `rollout` (what the rows emitted, and their
+        lookup indexes): what it took and what each row accepted."""
+        clock, (out, histories) = self.phases, rollout
         depths = choice.row_depths()
         gamma = max(depths, default=0)
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
@@ -299,7 +300,7 @@ class Engine:
                 0, upload(batch.slots, self.device), uniforms)  # [P, n]
         tick(clock, "uniforms")
         # 1. draft: each row to its own depth, from the head or prompt lookup (bebop.engine.sources)
-        drafts = step_drafts(self, batch, choice, config, uniforms, out)
+        drafts = step_drafts(self, batch, choice, config, uniforms, histories)
         ragged = choice.depths is not None and len(set(depths)) > 1
         widths = by_slot(batch, [d + 1 for d in depths], 1) if ragged else [gamma + 1] * batch.capacity
         layout = layout_of(widths, batch.capacity, self.device)

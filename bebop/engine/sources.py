@@ -19,6 +19,7 @@ import torch
 from bebop.engine.batch import Batch
 from bebop.engine.depth import Choice
 from bebop.engine.depth.rows import RowState
+from bebop.engine.lookup import LookupIndex, PromptLookup
 from bebop.engine.phases import tick
 from bebop.engine.transfer import upload
 from bebop.verify import Drafts
@@ -32,9 +33,9 @@ def by_slot(batch: Batch, values: list, fill) -> list:
     return out
 
 
-def step_drafts(engine, batch: Batch, choice: Choice, config, uniforms: torch.Tensor, out) -> Drafts:
+def step_drafts(engine, batch: Batch, choice: Choice, config, uniforms: torch.Tensor, histories: Histories) -> Drafts:
     """The drafts of one step for `engine`'s batch: `choice`'s depths and sources, the head's drafts drawn with the
-    step's `uniforms` (its draft columns), lookup proposals from the rows' histories in `out` (a RolloutBuilder)."""
+    step's `uniforms` (its draft columns), lookup proposals from the rows' `histories`."""
     device, capacity = engine.device, batch.capacity
     depths = choice.row_depths()
     gamma = max(depths, default=0)
@@ -47,7 +48,7 @@ def step_drafts(engine, batch: Batch, choice: Choice, config, uniforms: torch.Te
     looked = list(choice.lookup) if choice.lookup is not None else [engine.lookup is not None] * len(depths)
     tokens, hats, probs = (None, None, None) if all(looked) else _head_drafts(engine, batch, gamma, config, uniforms)
     if any(looked):
-        tokens = _with_lookup(engine, batch, looked, gamma, tokens, out)
+        tokens = _with_lookup(engine, batch, looked, gamma, tokens, histories)
     one_hot = torch.full((capacity,), config.method != "rs" or all(looked), dtype=torch.bool, device=device)
     if config.method == "rs" and any(looked) and not all(looked):
         one_hot = upload(by_slot(batch, looked, False), device, torch.bool)  # [P]
@@ -68,12 +69,11 @@ def _head_drafts(engine, batch: Batch, gamma: int, config, uniforms: torch.Tenso
 
 
 def _with_lookup(engine, batch: Batch, looked: list[bool], gamma: int, tokens: torch.Tensor | None,
-                 out) -> torch.Tensor:
+                 histories: Histories) -> torch.Tensor:
     """`tokens` [P, γ] with the rows that draft by prompt lookup holding its γ proposals (None: every row does;
     padding rows draft token 0)."""
-    lookup = engine.lookup or engine.row_lookup
     rows = [i for i, flag in enumerate(looked) if flag]
-    proposals = upload([lookup.propose(out.history(batch.rows[i]), gamma) for i in rows], engine.device)  # [L, γ]
+    proposals = upload([histories[batch.rows[i]].propose(gamma) for i in rows], engine.device)  # [L, γ]
     tick(engine.phases, "draft_lookup")
     if tokens is None and len(rows) == batch.capacity:
         return proposals
@@ -85,15 +85,31 @@ def _with_lookup(engine, batch: Batch, looked: list[bool], gamma: int, tokens: t
 ENTROPY_WINDOW = 8  # a row's recent entropy: the mean over its last this many policy tokens
 
 
-def row_states(engine, batch: Batch, out, lookup: bool) -> list[RowState]:
+class Histories:
+    """Each row's prompt-lookup index over its history (prompt, then what `out` has appended), kept up to date one
+    generate() call long: a lookup's match per row and step costs a few dictionary reads, not a scan."""
+
+    def __init__(self, lookup: PromptLookup, out):
+        self.lookup, self.out, self.index = lookup, out, {}
+
+    def __getitem__(self, row: int) -> LookupIndex:
+        index = self.index.get(row)
+        if index is None:
+            index = self.index[row] = LookupIndex(self.lookup)
+            index.extend(self.out.prompts[row] if self.out.prompts is not None else [])
+        done = len(index.tokens) - (len(self.out.prompts[row]) if self.out.prompts is not None else 0)
+        index.extend(self.out.tokens[row][done:])
+        return index
+
+
+def row_states(batch: Batch, out, histories: Histories | None) -> list[RowState]:
     """What a per-row depth reads of each live row (bebop.engine.depth.rows): the mean target entropy of its last
-    ENTROPY_WINDOW policy tokens, and with `lookup` (and a head beside it) prompt lookup's longest match ending its
-    history. Only what the rows emitted."""
+    ENTROPY_WINDOW policy tokens, and (with `histories`) prompt lookup's longest match ending its history. Only what
+    the rows emitted."""
     states = []
-    matcher = engine.lookup or engine.row_lookup
     for row in batch.rows:
         recent = [h for h, o in zip(out.entropy[row][-ENTROPY_WINDOW:], out.origin[row][-ENTROPY_WINDOW:])
                   if o != "env"]
-        match = matcher.match(out.history(row))[0] if lookup else 0
+        match = histories[row].match()[0] if histories is not None else 0
         states.append(RowState(sum(recent) / len(recent) if recent else 0.0, match))
     return states

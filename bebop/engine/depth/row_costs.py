@@ -111,3 +111,21 @@ class RowCosts:
         cell.verify.add(float(budget), seconds - draft_s, self.decay)
         cell.draft.add(float(deepest), draft_s, self.decay)
         cell.drafted += 1
+
+
+class ProbeClock:
+    """When a bucket may run the side its estimates did not choose (plain decoding, or its best draft), to keep that
+    side's price and acceptance fresh: once the probe's expected loss is at most `budget` of the seconds the bucket
+    has run since its last probe."""
+
+    def __init__(self, budget: float):
+        self.budget, self.since = budget, {}
+
+    def due(self, bucket: int, loss: float) -> bool:
+        if self.budget <= 0 or self.since.get(bucket, 0.0) * self.budget < loss:
+            return False
+        self.since[bucket] = 0.0
+        return True
+
+    def spent(self, bucket: int, seconds: float) -> None:
+        self.since[bucket] = self.since.get(bucket, 0.0) + seconds

@@ -38,8 +38,13 @@ from dataclasses import dataclass, field
 from bebop.checks import check_ints, check_number
 from bebop.engine.depth.cells import row_bucket
 from bebop.engine.depth.choice import Choice
-from bebop.engine.depth.row_costs import RowCosts
+from bebop.engine.depth.row_costs import ProbeClock, RowCosts
 from bebop.engine.depth.row_law import AcceptanceLaw
+
+
+# A probe is charged at least this share of its step, however close its side's estimate: probes stay apart (at most
+# one in 1 / (MIN_PROBE_LOSS · probe_budget) steps' time) when the two sides' estimates are level.
+MIN_PROBE_LOSS = 0.2
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,13 @@ class RowsConfig:
     margin: float = 0.05  # a draft is chosen only when it promises this share more tokens/s than plain decoding
     lookup: bool = True  # rows may draft by prompt lookup where their suffix matches
     head: bool = True  # rows may draft by the engine's MTP head (False: prompt lookup only, a match or not)
-    probe_every: int = 16  # steps of a rows bucket between probes (0: never)
+    probe_budget: float = 0.02  # the share of a bucket's time probes of the side not chosen may lose (0: never)
     acceptance_decay: float = 0.98  # per observed step: how fast old drafts fade from the acceptance laws
     cost_decay: float = 0.95  # per observed step at a bucket: how fast old steps fade from its cost model
 
     def __post_init__(self) -> None:
         check_ints(self, ("max_gamma",), low=1)
-        check_ints(self, ("probe_every",), low=0)
+        check_number(self, "probe_budget", low=0, high=1)
         if not (self.head or self.lookup):
             raise ValueError("RowsConfig needs a draft: head, lookup or both")
         check_number(self, "margin", low=0, high=1, open_high=True)
@@ -79,13 +84,13 @@ class RowDepths:
     head_law: AcceptanceLaw = field(init=False)
     lookup_law: AcceptanceLaw = field(init=False)
     costs: RowCosts = field(init=False)
-    _steps: dict[int, int] = field(init=False)  # decisions per bucket (the probes' clock)
+    _probes: ProbeClock = field(init=False)
     _last: tuple | None = field(init=False, default=None)  # (states, depths, lookup) of the step being run
 
     def __post_init__(self) -> None:
         k, decay = self.config.max_gamma, self.config.acceptance_decay
         self.head_law, self.lookup_law = AcceptanceLaw(k, decay), AcceptanceLaw(k, decay)
-        self.costs, self._steps = RowCosts(self.config.cost_decay), {}
+        self.costs, self._probes = RowCosts(self.config.cost_decay), ProbeClock(self.config.probe_budget)
 
     @property
     def max_gamma(self) -> int:
@@ -114,32 +119,43 @@ class RowDepths:
         """Each of the `rows` live rows' depth and source for the next step (`Choice.depths`, `Choice.lookup`)."""
         if len(states) != rows:
             raise ValueError(f"need one RowState per live row: {len(states)} for {rows} rows")
-        bucket, k = row_bucket(rows), self.config.max_gamma
-        tick = self._steps.get(bucket, 0)
-        self._steps[bucket] = tick + 1
+        bucket = row_bucket(rows)
         survivals, looked = self.survivals(states)
+        price = self.costs.pricer(bucket, rows)
+        if price is None or self.costs.to_measure(bucket) == "plain":
+            return self._chosen(rows, states, [0] * rows, looked, 0.0, None if price is None else price(0, 0),
+                                probe=True)
+        plain = price(0, 0)
+        drafted = self._best_budget(rows, survivals, price)  # (value, depths, expected, cost) of the best M > 0
+        if self.costs.to_measure(bucket) == "draft":  # one drafting step before anything is priced on that side
+            return self._chosen(rows, states, drafted[1], looked, drafted[2], drafted[3], probe=True)
+        values = {"plain": rows / plain, "draft": drafted[0]}
+        chosen = "draft" if values["draft"] > (1 + self.config.margin) * values["plain"] else "plain"
+        other = "plain" if chosen == "draft" else "draft"
+        # A probe of the other side, when what it would lose (its step at its worse rate) fits the probe budget.
+        other_cost = plain if other == "plain" else drafted[3]
+        loss = other_cost * max(MIN_PROBE_LOSS, 1 - values[other] / values[chosen])
+        if self._probes.due(bucket, loss):
+            chosen, probe = other, True
+        else:
+            probe = False
+        if chosen == "plain":
+            return self._chosen(rows, states, [0] * rows, looked, 0.0, plain, probe=probe)
+        return self._chosen(rows, states, drafted[1], looked, drafted[2], drafted[3], probe=probe)
+
+    def _best_budget(self, rows: int, survivals: list[list[float]], price) -> tuple[float, list[int], float, float]:
+        """The drafting budget of the highest predicted tokens/s: each row drafts its positions among the M largest
+        s_{b,k} (a prefix of its own); returns (tokens/s, depths, expected accepted drafts, predicted seconds)."""
         ranked = sorted(((s, b, i) for b, row in enumerate(survivals) for i, s in enumerate(row)),
                         key=lambda t: (-t[0], t[2], t[1]))
-        price = self.costs.pricer(bucket, rows)
-        plain = None if price is None else price(0, 0)
-        probe = self.costs.to_measure(bucket)
-        if plain is None or probe == "plain":
-            return self._chosen(rows, states, [0] * rows, looked, 0.0, plain, probe=True)
-        best, best_value, best_cost, expected, deepest = 0, rows / plain, plain, 0.0, [0] * rows
+        best = (0.0, [0] * rows, 0.0, 0.0)
         depths, gained, deep = [0] * rows, 0.0, 0
         for m, (s, b, i) in enumerate(ranked, 1):
             depths[b], gained, deep = i + 1, gained + s, max(deep, i + 1)
             cost = price(m, deep)
-            if (rows + gained) / cost > best_value * (1 + (self.config.margin if best == 0
-                                                                                   else 0.0)):
-                best, best_value, best_cost, expected, deepest = m, (rows + gained) / cost, cost, gained, list(depths)
-        due = self.config.probe_every and tick % self.config.probe_every == self.config.probe_every - 1
-        if probe == "draft" or (due and best == 0):  # drafting unmeasured here, or plain chosen for a while
-            return self._chosen(rows, states, [k] * rows, looked, sum(sum(row) for row in survivals),
-                                price(rows * k, k), probe=True)
-        if due and best > 0:  # a plain step now and then: the baseline every draft is priced against
-            return self._chosen(rows, states, [0] * rows, looked, 0.0, plain, probe=True)
-        return self._chosen(rows, states, deepest, looked, expected, best_cost, probe=False)
+            if (rows + gained) / cost > best[0]:
+                best = ((rows + gained) / cost, list(depths), gained, cost)
+        return best
 
     def _chosen(self, rows: int, states, depths: list[int], looked: list[bool], expected: float,
                 cost: float | None, *, probe: bool) -> Choice:
@@ -162,6 +178,7 @@ class RowDepths:
             raise ValueError(f"num_accepted {num_accepted} does not fit the depths chosen {depths}")
         self.costs.observe(row_bucket(rows), rows, rows + sum(depths), max(depths, default=0), seconds - switch_s,
                            draft_s)
+        self._probes.spent(row_bucket(rows), seconds)
         for state, depth, lookup, n in zip(states, depths, looked, num_accepted):
             if depth:
                 law = self.lookup_law if lookup else self.head_law
