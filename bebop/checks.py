@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 PRECISIONS = ("auto", "fp32", "bf16")  # a config's compute dtype (autocast, rollouts): auto = bf16 where it is fast
+METHODS = ("rs", "to", "greedy")  # how drafts are verified (bebop.verify): names a config checks without torch
+OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")  # the draft heads' losses (bebop.losses)
 
 
 def _field(obj: Any, name: str) -> str:
@@ -66,3 +68,12 @@ def check_flags(args: Any, flags: Sequence[str], *, low: int = 1) -> None:
         value = getattr(args, flag[2:].replace("-", "_"))
         if any(v < low for v in (value if isinstance(value, list) else [] if value is None else [value])):
             raise ValueError(f"{flag} must be >= {low}, got {value}")
+
+
+def check_device_name(name: str) -> str:
+    """`name` if it is "auto", "cpu", "cuda" or "cuda:N"; ValueError otherwise (no CUDA needed to check the form;
+    `bebop.device.resolve_device` finds the device)."""
+    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda") or
+                                         (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
+    return name

@@ -21,6 +21,8 @@ import os
 
 import torch
 
+from bebop.checks import check_device_name
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PACKING_SWITCH = "BEBOP_CPU_BF16_PACKING"
 
@@ -86,14 +88,6 @@ def resolve_dtype(name: str | torch.dtype | None, device: torch.device | str | N
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {name!r}")
     return DTYPES[name]
-
-
-def check_device_name(name: str) -> str:
-    """`name` if it is "auto", "cpu", "cuda" or "cuda:N"; ValueError otherwise (no CUDA needed to check the form)."""
-    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda") or
-                                         (name.startswith("cuda:") and name[5:].isdigit())):
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
-    return name
 
 
 def resolve_device(name: str | torch.device | None = "auto") -> torch.device:

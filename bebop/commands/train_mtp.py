@@ -15,17 +15,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-from bebop import distributed
 from bebop.commands.device_args import add_device_args
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.tasks import dataset_config
-from bebop.data.tasks import get as get_task
-from bebop.device import resolve_device
-from bebop.heads.config import TrainMTPConfig
-from bebop.heads.corpus import CorpusSource
-from bebop.heads.train import load_frozen_policy, train_mtp
-from bebop.losses import OBJECTIVES
+from bebop.heads.config import OBJECTIVES, TrainMTPConfig
 from bebop.policy import POLICY_HELP
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
@@ -93,7 +86,7 @@ def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
         given["tasks"] = tuple(args.tasks)
     if args.draft_vocab is not None:
         given["draft_vocab"] = args.draft_vocab
-    return dataclasses.replace(base, **given, autocast=args.dtype, device=args.device,
+    return dataclasses.replace(base, **given, dtype=args.dtype, device=args.device,
                                init_head=None if args.init is None else str(args.init), **prompt_fields(args))
 
 
@@ -103,21 +96,26 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out, "--out", force=args.force, holds="a head")
     check_run_dir(args.run_dir, resume=args.resume)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
+    from bebop import distributed
+    from bebop.data.tasks import dataset_config
+    from bebop.data.tasks import get as get_task
+    from bebop.device import resolve_device
+    from bebop.heads.corpus import CorpusSource
+    from bebop.heads.train import load_frozen_policy, open_run, train_mtp
+    from bebop.runlog.session import default_run_dir
+
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
+    args.run_dir = args.run_dir or default_run_dir("train-mtp", config.objective)  # what a --resume names
+    session = open_run(args.run_dir, config, resume=args.resume, mirrors=mirrors, progress=True)
     model, tokenizer = load_frozen_policy(args.policy)
-    run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
-    # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
-    run_dir = distributed.broadcast_object(run_dir)
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data=CorpusSource(args.data), out=args.out, mirrors=mirrors,
-              resume=args.resume, tasks=tasks)
+    train_mtp(model, tokenizer, config, session, data=CorpusSource(args.data, tasks=tasks), out=args.out)
     main = distributed.is_main()
     distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
     if not main:
         return 0
-    print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {run_dir}"
+    print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {args.run_dir}"
           + (f"; head: {args.out}" if args.out else ""))
     return 0
-
