@@ -314,12 +314,7 @@ class Engine:
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
-        table = host_copy(host).tolist()  # HOST SYNC
-        tick(clock, "host_sync")
-        results = [unpack_host_row(table[slot], gamma, d) for slot, d in zip(batch.slots, depths)]
-        for r, d in zip(results, depths):
-            if d > 0:
-                verdicts.setdefault(d, []).append([r.num_accepted, *r.verified_entropies])
+        results = self._host_rows(host, batch, depths, verdicts)  # HOST SYNC
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
         keep, parked = self._retire(batch, results, depths, out)
         tick(clock, "retire")
@@ -345,6 +340,17 @@ class Engine:
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
         return Stepped(seconds, switch_s, [r.num_accepted for r in results], depths, t1 - t0 - switch_s + head_s)
+
+    def _host_rows(self, host: torch.Tensor, batch: Batch, depths: list[int], verdicts: dict) -> list[StepRow]:
+        """The step's host table, copied once (the step's HOST SYNC), as each live row's `StepRow`; each drafting
+        row's verdict goes to `verdicts` under its own depth."""
+        table = host_copy(host).tolist()  # HOST SYNC
+        tick(self.phases, "host_sync")
+        results = [unpack_host_row(table[slot], max(depths, default=0), d) for slot, d in zip(batch.slots, depths)]
+        for r, d in zip(results, depths):
+            if d > 0:
+                verdicts.setdefault(d, []).append([r.num_accepted, *r.verified_entropies])
+        return results
 
     def _uniforms_method(self, choice: Choice, config) -> str:
         """The uniforms' layout (bebop.engine.step): a lookup's q is one-hot at its draft, RS's test is then TO's, so a

@@ -61,7 +61,7 @@ def _head_drafts(engine, batch: Batch, gamma: int, config, uniforms: torch.Tenso
     """The head's γ drafts for every row: (tokens [P, γ], q(ŷ) [P, γ] | None, q [P, γ, K] | None)."""
     clock = engine.phases
     drafted = engine.draft_step(
-        engine.model, engine.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
+        engine.model, engine.mtp, (batch.draft_logits, batch.draft_hidden), batch.draft_cache, uniforms,
         kv_len=engine.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
         method=config.method, sampling=config.sampling, clock=None if engine.compiled else clock)
     tick(clock if engine.compiled else None, "compiled")

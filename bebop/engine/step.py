@@ -87,17 +87,17 @@ def unpack_host_row(row: list[float], gamma: int, depth: int | None = None) -> S
     return StepRow(n, [int(t) for t in emitted[: n + 1]], logprobs[: n + 1], entropies[: n + 1], verified)
 
 
-def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache, uniforms: torch.Tensor, *,
+def draft(model, mtp, query: tuple[torch.Tensor, torch.Tensor], cache: KVCache, uniforms: torch.Tensor, *,
           kv_len: int, gamma: int, method: str, sampling: Sampling, clock: PhaseClock | None = None
           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """gamma draft tokens [B, γ] from the head's step-1 logits [B, K] and hidden [B, 1, d], and for "rs" q at each
+    """gamma draft tokens [B, γ] from the head's step-1 query: its logits [B, K] and hidden [B, 1, d]; for "rs" q at each
     draft, q(ŷ) [B, γ], and q itself over the head's draft vocabulary [B, γ, K] (for the others q is a one-hot at the
     draft: None, None). Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
 
     q stays where the head drafted it: over its draft vocabulary S (K < V) it is never spread over V, the verifier
     reads it there (`bebop.verify.verify_scores`). S's ids all lie below the vocab limit (`check_request`), so over S
     the limit has nothing left to mask."""
-    tokens, probs, hats = [], [], []
+    (logits, hidden), tokens, probs, hats = query, [], [], []
     uniforms = draft_uniforms(uniforms, gamma)  # [B, γ]
     on_s = (*sampling[:3], None) if mtp.draft_ids is not None else sampling
     for k in range(gamma):

@@ -12,7 +12,11 @@ For each model and batch size it measures, side by side:
     head (bebop.vllm_plugin) has no row here;
   * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
-    to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
+    to a one-token target forward), next to the measured speedup over bebop plain at the same batch (± its standard
+    error over rounds); for `--gamma rows` the theory is the per-row controller's own cost model's prediction for
+    the steps it priced (`bebop.engine.depth.counters.predicted_speedup`, the last round's), measured live in the
+    engine loop;
+  * with `--lookup`, prompt lookup alone (no head, RS) at the deepest static γ, in the same rounds.
 
 Every cell, the step-cost micro-benchmarks included, runs once per round, in turn, so a slow patch of a shared
 machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
@@ -54,6 +58,7 @@ from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_r
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import ADAPTIVE, gamma_arg, static
 from bebop.engine import Engine
+from bebop.engine.depth.counters import predicted_speedup
 from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import theoretical_speedup
@@ -298,7 +303,8 @@ def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str, gam
     static_seconds = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
     return _timed(base, seconds, mode=method, gamma=gamma, speedup=round_ratio(plain, seconds),
                   speedup_se=round_ratio_se(plain, seconds), acceptance_rate=stats["spec/acceptance_rate"],
-                  accept_length=stats["spec/accept_length"], **auto_beside_static(seconds, static_seconds, chosen))
+                  accept_length=stats["spec/accept_length"], theoretical_speedup=predicted_speedup(stats),
+                  **auto_beside_static(seconds, static_seconds, chosen))
 
 
 def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
-from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.gamma_arg import gamma_arg, static
 from bebop.commands.outputs import check_new_run_dirs
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.policy import HEAD_HELP, POLICY_HELP
@@ -86,8 +86,9 @@ def check_args(args: argparse.Namespace) -> dict:
 
     dataset = DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key)
     tasks = {name: get(name, dataset) for name in check_task_names(args.tasks)}
-    if any(g != "auto" and g < 1 for g in args.gamma):
-        raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
+    if any(g < 1 for g in static(args.gamma)):
+        raise ValueError(f"--gamma values must be >= 1, 'auto' or 'rows' (plain decoding is always run), "
+                         f"got {args.gamma}")
     check_flags(args, ("--steps", "--max-new-tokens", "--repeats", "--prompts"), low=1)
     check_flags(args, ("--group",), low=2)  # GRPO compares completions within a group
     check_flags(args, ("--micro-batch-tokens", "--seed"), low=0)  # 0 tokens: the whole batch at once

@@ -29,6 +29,7 @@ class Choice:
     depths: tuple[int, ...] | None = None
     lookup: tuple[bool, ...] | None = None
     budget: int | None = None  # the verify-token budget the depths were chosen under (None: none)
+    plain_s: float | None = None  # the cost model's price of a plain step at these rows (per-row depths)
 
     def row_depths(self) -> list[int]:
         """Each live row's depth."""

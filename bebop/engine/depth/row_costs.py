@@ -116,7 +116,7 @@ class RowCosts:
 class ProbeClock:
     """When a bucket may run the side its estimates did not choose (plain decoding, or its best draft), to keep that
     side's price and acceptance fresh: once the probe's expected loss is at most `budget` of the seconds the bucket
-    has run since its last probe."""
+    has run since its last probe (less what the head's catch-ups after plain steps cost, which the probes pay)."""
 
     def __init__(self, budget: float):
         self.budget, self.since = budget, {}
@@ -127,5 +127,7 @@ class ProbeClock:
         self.since[bucket] = 0.0
         return True
 
-    def spent(self, bucket: int, seconds: float) -> None:
-        self.since[bucket] = self.since.get(bucket, 0.0) + seconds
+    def spent(self, bucket: int, seconds: float, switch_s: float = 0.0) -> None:
+        """A step of `seconds` ran at `bucket`; `switch_s` of them caught the head up after plain steps, a price of
+        switching that the probes pay: it pushes the next one back by what the budget needs to cover it."""
+        self.since[bucket] = self.since.get(bucket, 0.0) + seconds - (switch_s / self.budget if self.budget else 0.0)

@@ -162,8 +162,9 @@ class RowDepths:
         looked = [flag and d > 0 for flag, d in zip(looked, depths)]
         self._last = (list(states), list(depths), looked)
         gamma = max(depths, default=0)
+        plain = self.costs.price(row_bucket(rows), rows, 0, 0)
         return Choice(gamma, rows, row_bucket(rows), expected / rows, cost, probe, depths=tuple(depths),
-                      lookup=tuple(looked), budget=rows + sum(depths))
+                      lookup=tuple(looked), budget=rows + sum(depths), plain_s=plain)
 
     # ---- learning -----------------------------------------------------------------------------------
     def observe(self, rows: int, gamma: int, seconds: float, num_accepted: list[int], switch_s: float = 0.0,
@@ -178,7 +179,7 @@ class RowDepths:
             raise ValueError(f"num_accepted {num_accepted} does not fit the depths chosen {depths}")
         self.costs.observe(row_bucket(rows), rows, rows + sum(depths), max(depths, default=0), seconds - switch_s,
                            draft_s)
-        self._probes.spent(row_bucket(rows), seconds)
+        self._probes.spent(row_bucket(rows), seconds, switch_s)
         for state, depth, lookup, n in zip(states, depths, looked, num_accepted):
             if depth:
                 law = self.lookup_law if lookup else self.head_law
