@@ -184,3 +184,34 @@ def test_a_new_bucket_measures_plain_then_drafting_first():
         seen.append(choice.depths)
         controller.observe(3, choice.gamma, 1.0 + 0.1 * sum(choice.depths), [0] * 3)
     assert seen[:2] == [(0, 0, 0), (0, 0, 0)] and sum(seen[2]) > 0  # then its best budget
+
+
+class _ModelCosts(RowDepths):
+    """The per-row controller with a step-cost model in place of the wall clock (the decisions under test must not
+    hang on a shared machine's load): a plain step costs 1, each verified draft 0.02 more and each draft position
+    0.1 (drafting)."""
+
+    def observe(self, rows, gamma, seconds, num_accepted, switch_s=0.0, draft_s=0.0) -> None:
+        _, depths, _ = self._last
+        drafting = 0.1 * max(depths)
+        super().observe(rows, gamma, 1.0 + 0.02 * sum(depths) + drafting, num_accepted, 0.0, drafting)
+
+
+def _row_steps_after_learning(model, head, prompts, tokens: int, lookup: bool = True) -> dict[int, int]:
+    controller = _ModelCosts(RowsConfig(3, lookup=lookup))
+    engine = Engine(model, head, depth=controller)
+    config = GenerationConfig(max_new_tokens=tokens, gamma="rows", max_gamma=3, seed=0)
+    engine.generate(prompts, config)  # learns across calls: this one explores
+    stats = engine.generate(prompts, GenerationConfig(max_new_tokens=tokens, gamma="rows", max_gamma=3, seed=1)).stats
+    return {d: stats[f"spec/num_row_depth/{d}"] for d in range(4)}
+
+
+def test_a_perfect_draft_is_drafted_deep_and_a_useless_one_not_at_all():
+    config = ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)
+    perfect = _row_steps_after_learning(*self_draft_pair(config), PROMPTS, 24)
+    assert perfect[3] > 0.8 * sum(perfect.values()), perfect
+    model, head = self_draft_pair(config, logit_std=4.0)
+    with torch.no_grad():
+        head.norm.weight.neg_()  # q favours what p does not: drafts are rejected, and cost what good ones do
+    useless = _row_steps_after_learning(model, head, PROMPTS, 24, lookup=False)  # (lookup's drafts would pay here)
+    assert useless[0] > 0.9 * sum(useless.values()), useless

@@ -46,7 +46,9 @@ def step_drafts(engine, batch: Batch, choice: Choice, config, uniforms: torch.Te
         empty = torch.empty(capacity, 0, dtype=torch.long, device=device)
         return Drafts(empty, empty.double(), depth_t, torch.ones(capacity, dtype=torch.bool, device=device))
     looked = list(choice.lookup) if choice.lookup is not None else [engine.lookup is not None] * len(depths)
-    tokens, hats, probs = (None, None, None) if all(looked) else _head_drafts(engine, batch, gamma, config, uniforms)
+    by_head = [i for i, (d, flag) in enumerate(zip(depths, looked)) if d > 0 and not flag]
+    tokens, hats, probs = (None, None, None) if not by_head else _head_drafts(engine, batch, by_head, gamma, config,
+                                                                                uniforms)
     if any(looked):
         tokens = _with_lookup(engine, batch, looked, gamma, tokens, histories)
     one_hot = torch.full((capacity,), config.method != "rs" or all(looked), dtype=torch.bool, device=device)
@@ -57,15 +59,26 @@ def step_drafts(engine, batch: Batch, choice: Choice, config, uniforms: torch.Te
     return Drafts(tokens, hats, depth_t, one_hot, probs, None if probs is None else engine.mtp.draft_ids)
 
 
-def _head_drafts(engine, batch: Batch, gamma: int, config, uniforms: torch.Tensor):
-    """The head's γ drafts for every row: (tokens [P, γ], q(ŷ) [P, γ] | None, q [P, γ, K] | None)."""
+def _head_drafts(engine, batch: Batch, rows: list[int], gamma: int, config, uniforms: torch.Tensor):
+    """The head's drafts, γ deep, for the live rows `rows` (indices into the batch): (tokens [P, γ], q(ŷ) [P, γ] |
+    None, q [P, γ, K] | None), other rows' entries 0. With fewer rows than the batch's (others decode plainly or draft
+    by lookup) the head runs on those rows alone, on a copy of their rows of its cache: a draft's cache writes are
+    scratch (the next catch-up writes those slots), so nothing is copied back. CUDA graphs keep the whole batch."""
     clock = engine.phases
+    cache, query, draws = batch.draft_cache, (batch.draft_logits, batch.draft_hidden), uniforms
+    subset = len(rows) < batch.capacity and not engine.cudagraphs
+    if subset:
+        index = upload([batch.slots[i] for i in rows], engine.device)  # [R]
+        cache, query, draws = cache.select(index), tuple(x[index] for x in query), uniforms[index]
     drafted = engine.draft_step(
-        engine.model, engine.mtp, (batch.draft_logits, batch.draft_hidden), batch.draft_cache, uniforms,
-        kv_len=engine.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
+        engine.model, engine.mtp, query, cache, draws,
+        kv_len=engine.buckets.kv_len(max(batch.lengths) + gamma, cache.max_len), gamma=gamma,
         method=config.method, sampling=config.sampling, clock=None if engine.compiled else clock)
     tick(clock if engine.compiled else None, "compiled")
-    return drafted
+    if not subset:
+        return drafted
+    return tuple(None if x is None else x.new_zeros(batch.capacity, *x.shape[1:]).index_copy_(0, index, x)
+                 for x in drafted)
 
 
 def _with_lookup(engine, batch: Batch, looked: list[bool], gamma: int, tokens: torch.Tensor | None,
