@@ -1,20 +1,26 @@
 """Batched plain and speculative generation with an MTP draft head (or prompt lookup, `bebop.engine.lookup`).
 
 One loop serves plain decoding (gamma = 0) and speculative decoding, so comparisons are fair.
-Per speculative step, for every active row at once:
+Per speculative step, for every active row at once, each row at its own depth (a static γ or gamma="auto" give every
+row the same; gamma="rows" each its own, from the head or prompt lookup: bebop.engine.depth.rows):
 
-  1. draft    gamma tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy")
-  2. verify   one target forward over [pending token, drafts] (gamma + 1 positions), then `bebop.verify`
+  1. draft    each row's tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy") or prompt
+              lookup; q stays over the head's draft vocabulary (bebop.engine.sources)
+  2. verify   one target forward over each row's [pending token, drafts] (its depth + 1 positions, the rows packed:
+              bebop.engine.ragged), then `bebop.verify.verify_scores`; a row at depth 0 decodes plainly in it
   3. sync     ONE device->host transfer: accepted counts, emitted tokens, their log-probs and entropies
   4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
-  5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
-              accepted tokens; the same forward yields the next step-1 draft. A plain step under gamma="auto"
-              leaves the head's cache behind, to catch up when a step drafts again (bebop.engine.head_cache): plain
-              decoding then costs what it costs without a head, and the head stays ready for the tail
+  5. advance  each row's KV cache by its own accepted count + 1 (lengths only: a rejected draft's slots stay, stale,
+              to be overwritten), and catch the head's cache up on the accepted tokens; the same forward yields the
+              next step-1 draft. A step where no row drafts leaves the head's cache behind, to catch up when a step
+              drafts again (bebop.engine.head_cache): plain decoding then costs what it costs without a head, and the
+              head stays ready for the tail
 
 The device work of 1, 2 and 5 is `bebop.engine.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
 the layouts shared with this module: the step's uniforms (`draw_uniforms`, from the engine's generator) and the
-host table (`unpack_host_row`). This module keeps the host side: the generator, the sync, the bookkeeping of rows.
+host table (`unpack_host_row`, read back by bebop.engine.retire). This module keeps the host side: the generator,
+the depth's decision before each step (from what the rows emitted only), the bookkeeping of rows. A `PhaseClock`
+(bebop.engine.phases) times each step's phases.
 
 State between steps: the target cache holds positions 0..L-1 of a row, `pending` is the token at L (sampled,
 not yet in the cache), and the head's cache is valid up to L-1, where its last entry is the step-1 draft query
@@ -39,7 +45,8 @@ from bebop.engine.stops import Decode
 from bebop.engine.ragged import layout_of
 from bebop.engine.depth.rows import RowDepths, RowsConfig
 from bebop.engine.sources import Histories, by_slot, row_states, step_drafts
-from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
+from bebop.engine.retire import host_rows, retire
+from bebop.engine.step import catch_up, draft, draw_uniforms, graphed, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
@@ -189,8 +196,8 @@ class Engine:
             return self.depth
         key = (config.max_gamma, config.method, config.per_row)
         if key not in self._depths:
-            self._depths[key] = (RowDepths(RowsConfig(config.max_gamma, head=self.mtp is not None)) if config.per_row
-                                 else DepthController(DepthConfig(config.max_gamma)))
+            rows = RowsConfig(config.max_gamma, head=self.mtp is not None)
+            self._depths[key] = RowDepths(rows) if config.per_row else DepthController(DepthConfig(config.max_gamma))
         self.depth = self._depths[key]
         return self.depth
 
@@ -314,9 +321,9 @@ class Engine:
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
-        results = self._host_rows(host, batch, depths, verdicts)  # HOST SYNC
+        results = host_rows(host, batch, depths, verdicts, clock)  # HOST SYNC
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
-        keep, parked = self._retire(batch, results, depths, out)
+        keep, parked = retire(batch, results, depths, out)
         tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
@@ -341,37 +348,11 @@ class Engine:
         timing["advance"] += t3 - t2
         return Stepped(seconds, switch_s, [r.num_accepted for r in results], depths, t1 - t0 - switch_s + head_s)
 
-    def _host_rows(self, host: torch.Tensor, batch: Batch, depths: list[int], verdicts: dict) -> list[StepRow]:
-        """The step's host table, copied once (the step's HOST SYNC), as each live row's `StepRow`; each drafting
-        row's verdict goes to `verdicts` under its own depth."""
-        table = host_copy(host).tolist()  # HOST SYNC
-        tick(self.phases, "host_sync")
-        results = [unpack_host_row(table[slot], max(depths, default=0), d) for slot, d in zip(batch.slots, depths)]
-        for r, d in zip(results, depths):
-            if d > 0:
-                verdicts.setdefault(d, []).append([r.num_accepted, *r.verified_entropies])
-        return results
-
     def _uniforms_method(self, choice: Choice, config) -> str:
         """The uniforms' layout (bebop.engine.step): a lookup's q is one-hot at its draft, RS's test is then TO's, so a
         step whose every row drafts by lookup draws TO's numbers (no draft draws)."""
         looked = choice.lookup if choice.lookup is not None else (self.lookup is not None,)
         return "to" if all(looked) and config.method == "rs" else config.method
-
-    def _retire(self, batch: Batch, results: list[StepRow], depths: list[int],
-                out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
-        """Append each row's emitted tokens to `out`. Returns the rows that go on (indices into the batch) and the
-        parked rows' feeds for `_settle`: (index among the kept rows, start position, [stop token, env reply...])."""
-        keep, parked = [], []
-        for i, (r, depth) in enumerate(zip(results, depths)):
-            n = r.num_accepted
-            origins = ["plain"] if depth == 0 else ["accepted"] * n + ["recovered" if n < depth else "bonus"]
-            state, stop_at, reply = out.append(batch.rows[i], r.tokens, r.logprobs, r.entropies, origins)
-            if state != "done":
-                keep.append(i)
-            if state == "park":  # cache through the token before the stop; feed [stop, reply...] from there
-                parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [r.tokens[stop_at], *reply]))
-        return keep, parked
 
     def _advance(self, batch: Batch, gamma: int, num_accepted, accepted_host: list[int], next_token, emitted,
                  hidden, config) -> float:

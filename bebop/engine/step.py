@@ -90,9 +90,9 @@ def unpack_host_row(row: list[float], gamma: int, depth: int | None = None) -> S
 def draft(model, mtp, query: tuple[torch.Tensor, torch.Tensor], cache: KVCache, uniforms: torch.Tensor, *,
           kv_len: int, gamma: int, method: str, sampling: Sampling, clock: PhaseClock | None = None
           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """gamma draft tokens [B, γ] from the head's step-1 query: its logits [B, K] and hidden [B, 1, d]; for "rs" q at each
-    draft, q(ŷ) [B, γ], and q itself over the head's draft vocabulary [B, γ, K] (for the others q is a one-hot at the
-    draft: None, None). Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
+    """gamma draft tokens [B, γ] from the head's step-1 query (its logits [B, K] and hidden [B, 1, d]); for "rs"
+    q at each draft, q(ŷ) [B, γ], and q itself over the head's draft vocabulary [B, γ, K] (for the others q is a
+    one-hot at the draft: None, None). Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
 
     q stays where the head drafted it: over its draft vocabulary S (K < V) it is never spread over V, the verifier
     reads it there (`bebop.verify.verify_scores`). S's ids all lie below the vocab limit (`check_request`), so over S

@@ -95,6 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compares depths)")
     parser.add_argument("--methods", nargs="+", choices=TIMED_METHODS, default=list(TIMED_METHODS),
                         help="the verification rules timed at each depth (default: to rs)")
+    parser.add_argument("--no-costs", action="store_true",
+                        help="skip the step-cost micro-benchmarks (the static depths' theory column stays empty)")
     parser.add_argument("--lookup", action="store_true",
                         help="with --policy and a head: also time prompt lookup alone (RS) at the deepest static γ")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
@@ -220,7 +222,8 @@ def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> l
         if args.lookup and _static(args):
             cells[("lookup", "rs", max(_static(args)), False)] = bebop(Engine(model, PromptLookup()),
                                                                       max(_static(args)), "rs")
-        cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
+        if not args.no_costs:
+            cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
             cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens,

@@ -3,13 +3,13 @@ step costs set for the current rows (`GenerationConfig(gamma="rows")`; the globa
 
 The rule. Before a step over B rows, for each row b and draft position k = 1..K the controller predicts s_{b,k},
 the probability that the row's k-th draft is reached and accepted: s_{b,k} = Π_{j≤k} α̂_{b,j}, with α̂_{b,j} the
-acceptance at position j predicted from what the row emitted so far (`RowState`): for a head's draft, by the entropy
-law α_j ≈ a_j + c_j·H fitted live on the drafts verified so far, H the row's recent target entropy; for a prompt-lookup
-draft (where the row's suffix matches its history: `bebop.engine.lookup`), by the acceptance measured so far at that
-match length. Each row drafts from the source that predicts more at its first position. A step that verifies M
-drafts in all, the M largest s (each row's a prefix of its own, since s falls along a row), emits B + Σ s tokens in
-expectation and costs t(B, M, G) seconds (G its deepest row) by the cost model fitted on the steps so far
-(`bebop.engine.depth.row_costs`), so the controller picks
+acceptance at position j predicted from what the row emitted so far (`RowState`): for a head's draft, by the
+entropy law α_j ≈ a_j + c_j·H fitted live on the drafts verified so far, H the row's recent target entropy; for a
+prompt-lookup draft (where the row's suffix matches its history: `bebop.engine.lookup`), by the acceptance measured
+so far at that match length (`bebop.engine.depth.row_law`). Each row drafts from the source that predicts more at
+its first position. A step that verifies M drafts in all, the M largest s (each row's a prefix of its own, since s
+falls along a row), emits B + Σ s tokens in expectation and costs t(B, M, G) seconds (G its deepest row) by the cost
+model fitted on the steps so far (`bebop.engine.depth.row_costs`), so the controller picks
 
     M* = argmax_M (B + Σ_{top M} s) / t(B, M, G(M))        (M = 0: plain decoding, kept unless a draft promises
                                                              `margin` more tokens/s)
