@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the prompts and of sampling, the same in every run (default: %(default)s)")
     parser.add_argument("--gamma", type=gamma_arg, default="auto",
-                        help="draft depth of the MTP runs, an int >= 1 or 'auto' (chosen per engine step) "
+                        help="draft depth of the MTP runs, an int >= 1, 'auto' (chosen per engine step) or 'rows' "
+                             "(each row its own per step) "
                              "(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per phase (default: half the cores)")
     add_device_args(parser, dtype_help="the rollouts' dtype and the update's autocast dtype")
@@ -90,6 +91,8 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
         ("accept length (steps that drafted)", "-", fmt(spec.get("accept_length"), "{:.2f}")),
         ("γ chosen: most often (mean)", "-", "-" if spec.get("gamma_mode") is None else
          f"{spec['gamma_mode']} ({spec['gamma_mean']:.1f})"),
+        *([("γ per row: mean (share plain)", "-", f"{spec['row_depth_mean']:.2f} ({spec['row_plain_share']:.0%})")]
+          if "row_depth_mean" in spec else []),
         ("rollout time / step (s, median)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
         ("step time (s, median)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
     ]

@@ -58,4 +58,9 @@ def summarize(records: list[dict]) -> dict:
     if sum(chosen.values()) > 0:  # gamma="auto": the engine steps' depths
         out["gamma_mean"] = sum(g * n for g, n in chosen.items()) / sum(chosen.values())
         out["gamma_mode"] = max(chosen, key=chosen.get)
+    rows = {int(k.rsplit("/", 1)[1]): sum(r.get(k, 0) for r in records) for k in records[0]
+            if k.startswith("spec/num_row_depth/")}
+    if sum(rows.values()) > 0:  # gamma="rows": the depths of the rows' steps, and the share that decoded plainly
+        out["row_depth_mean"] = sum(d * n for d, n in rows.items()) / sum(rows.values())
+        out["row_plain_share"] = rows.get(0, 0) / sum(rows.values())
     return out

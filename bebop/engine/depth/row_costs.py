@@ -42,16 +42,16 @@ class Line:
         for i, v in enumerate((1.0, x, y, x * x, x * y)):
             self.sums[i] += v
 
-    def at(self, x: float, prior: tuple[float, float], weight: float, scale: float) -> float:
-        """The line's value at x; prior (intercept, slope) where it has no data."""
+    def fitted(self, prior: tuple[float, float], weight: float, scale: float) -> tuple[float, float]:
+        """The line as (intercept, slope); `prior`'s (intercept, slope) where it has no data."""
         w, sx, sy, sxx, sxy = self.sums
         if w <= 0:
-            return prior[0] + prior[1] * x
+            return prior
         mean_x, mean_y = sx / w, sy / w
         var, cov = sxx - w * mean_x * mean_x, sxy - w * mean_x * mean_y
         lam = weight * scale * scale
         slope = max(0.0, (cov + lam * prior[1]) / (var + lam))
-        return mean_y + slope * (x - mean_x)
+        return mean_y - slope * mean_x, slope
 
 
 @dataclass
@@ -88,14 +88,13 @@ class RowCosts:
             return None
         plain = statistics.median(cell.plain)
         per_token, per_position = PRIOR[0] * plain / rows, PRIOR[1] * plain
-        verify_prior = (plain - per_token * rows, per_token)
+        v0, v1 = cell.verify.fitted((plain - per_token * rows, per_token), self.prior_weight, rows / 2)
+        d0, d1 = cell.draft.fitted((0.0, per_position), self.prior_weight, 1.0)
 
         def price(drafts: int, deepest: int) -> float:
             if drafts == 0:
                 return plain
-            verify = cell.verify.at(rows + drafts, verify_prior, self.prior_weight, rows / 2)
-            draft = cell.draft.at(deepest, (0.0, per_position), self.prior_weight, 1.0)
-            return max(plain, verify + max(draft, 0.0))
+            return max(plain, v0 + v1 * (rows + drafts) + max(d0 + d1 * deepest, 0.0))
         return price
 
     def observe(self, bucket: int, rows: int, budget: int, deepest: int, seconds: float, draft_s: float) -> None:

@@ -20,27 +20,31 @@ class AcceptanceLaw:
     def __init__(self, max_gamma: int, decay: float, ridge: float = 1.0, prior_weight: float = 1.0):
         self.decay_rate, self.ridge, self.prior_weight = decay, ridge, prior_weight
         self.sums = [[0.0] * 5 for _ in range(max_gamma)]  # per position: w, Σx, Σy, Σx², Σxy
+        self._lines: list[tuple[float, float]] | None = None  # `lines`, until the sums change
 
     def predict(self, x: float) -> list[float]:
         """α̂_j(x) for j = 0..K-1."""
-        out, prior = [], 0.5
-        for w, sx, sy, sxx, sxy in self.sums:
-            mean_y = (sy + self.prior_weight * prior) / (w + self.prior_weight)
-            slope = 0.0
-            if w > 0:
-                mean_x = sx / w
-                var, cov = sxx - w * mean_x * mean_x, sxy - w * mean_x * (sy / w)
-                slope = cov / (var + self.ridge)
-                alpha = mean_y + slope * (x - mean_x)
-            else:
-                alpha = mean_y
-            out.append(min(1 - FLOOR, max(FLOOR, alpha)))
-            prior = mean_y
-        return out
+        return [min(1 - FLOOR, max(FLOOR, a + c * x)) for a, c in self.lines()]
+
+    def lines(self) -> list[tuple[float, float]]:
+        """Each position's line as (intercept, slope), before clipping: α̂_j(x) = intercept + slope·x. Computed once
+        per change of the sums (the controller predicts every row of every step from them)."""
+        if self._lines is None:
+            self._lines, prior = [], 0.5
+            for w, sx, sy, sxx, sxy in self.sums:
+                mean_y = (sy + self.prior_weight * prior) / (w + self.prior_weight)
+                mean_x, slope = (sx / w if w > 0 else 0.0), 0.0
+                if w > 0:
+                    var, cov = sxx - w * mean_x * mean_x, sxy - w * mean_x * (sy / w)
+                    slope = cov / (var + self.ridge)
+                self._lines.append((mean_y - slope * mean_x, slope))
+                prior = mean_y
+        return self._lines
 
     def observe(self, x: float, depth: int, accepted: int) -> None:
         """A row with feature x drafted `depth` positions and had the first `accepted` accepted: positions
         0..min(accepted, depth - 1) were reached, the first `accepted` of them accepted."""
+        self._lines = None
         for j in range(min(accepted + 1, depth)):
             y = 1.0 if j < accepted else 0.0
             sums = self.sums[j]
@@ -51,6 +55,7 @@ class AcceptanceLaw:
             sums[4] += x * y
 
     def decay(self) -> None:
+        self._lines = None
         for sums in self.sums:
             for i in range(5):
                 sums[i] *= self.decay_rate

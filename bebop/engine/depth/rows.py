@@ -99,14 +99,15 @@ class RowDepths:
     # ---- the decision -------------------------------------------------------------------------------
     def survivals(self, states: list[RowState]) -> tuple[list[list[float]], list[bool]]:
         """Per row, s_{b,k} for k = 1..K from the source it would draft by, and whether that is prompt lookup."""
-        out, looked = [], []
+        out, looked, lookups = [], [], {}  # (a lookup's prediction depends on its match length alone: once each)
         for state in states:
-            if not self.config.head:
-                head, lookup, use = None, self.lookup_law.predict(float(state.match)), True
-            else:
-                head = self.head_law.predict(state.entropy)  # [K]
-                lookup = self.lookup_law.predict(float(state.match)) if self.config.lookup and state.match else None
-                use = lookup is not None and lookup[0] > head[0]
+            lookup = None
+            if (self.config.lookup and state.match) or not self.config.head:
+                if state.match not in lookups:
+                    lookups[state.match] = self.lookup_law.predict(float(state.match))
+                lookup = lookups[state.match]
+            head = self.head_law.predict(state.entropy) if self.config.head else None  # [K]
+            use = lookup is not None and (head is None or lookup[0] > head[0])
             survive, row = 1.0, []
             for alpha in lookup if use else head:
                 survive *= alpha
@@ -148,14 +149,17 @@ class RowDepths:
         s_{b,k} (a prefix of its own); returns (tokens/s, depths, expected accepted drafts, predicted seconds)."""
         ranked = sorted(((s, b, i) for b, row in enumerate(survivals) for i, s in enumerate(row)),
                         key=lambda t: (-t[0], t[2], t[1]))
-        best = (0.0, [0] * rows, 0.0, 0.0)
-        depths, gained, deep = [0] * rows, 0.0, 0
-        for m, (s, b, i) in enumerate(ranked, 1):
-            depths[b], gained, deep = i + 1, gained + s, max(deep, i + 1)
+        best_m, best_value, best_gain, best_cost = 0, 0.0, 0.0, 0.0
+        gained, deep = 0.0, 0
+        for m, (s, _, i) in enumerate(ranked, 1):
+            gained, deep = gained + s, max(deep, i + 1)
             cost = price(m, deep)
-            if (rows + gained) / cost > best[0]:
-                best = ((rows + gained) / cost, list(depths), gained, cost)
-        return best
+            if (rows + gained) / cost > best_value:
+                best_m, best_value, best_gain, best_cost = m, (rows + gained) / cost, gained, cost
+        depths = [0] * rows
+        for _, b, i in ranked[:best_m]:  # each row's chosen positions are a prefix of its own: its depth
+            depths[b] = max(depths[b], i + 1)
+        return best_value, depths, best_gain, best_cost
 
     def _chosen(self, rows: int, states, depths: list[int], looked: list[bool], expected: float,
                 cost: float | None, *, probe: bool) -> Choice:
