@@ -569,3 +569,25 @@ def test_dashboard_reference_opens_the_packed_runs_where_they_lie(monkeypatch):
     at = _page(_app(packed_root(), monkeypatch, [NAME]), "live")
     assert not at.exception and _charts(at)
     assert _snapshot(packed_root()) == before  # the package's folder is only read
+
+
+@pytest.mark.parametrize("page", ["live", "speed"])
+def test_a_per_row_run_shows_each_rows_depth_and_the_budget(tmp_path, monkeypatch, page):
+    """A run whose engine gave each row its own depth (gamma="rows") gets the depth distribution per RL step and the
+    verify-token budget on the Live and Speed pages (bebop.plots.row_depths); a run without them, neither."""
+    run = write_synthetic_run(tmp_path / "rows", SyntheticConfig(name="rows", seed=5, steps=6, drafts_per_step=24,
+                                                                samples_per_step=1, sample_tokens=16))
+    records = _records(run)
+    for i, record in enumerate(records):
+        record.update({"spec/num_row_depth/0": 10 + i, "spec/num_row_depth/1": 6, "spec/num_row_depth/3": 16 - i,
+                       "spec/num_budget_tokens": 90, "engine/num_row_steps": 32, "spec/num_lookup_row_steps": 2})
+    (run / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_synthetic_run(tmp_path / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
+                                                            mtp_strategy=None, seed=1, steps=6))
+    at = _page(_app(tmp_path, monkeypatch, ["rows", "plain"]), page)
+    assert not at.exception
+    titles = [c["layout"]["title"]["text"] for c in _charts(at)]
+    assert "Each row's draft depth (share of row-steps per depth)" in titles
+    assert "Verify-token budget per row (1 = plain decoding)" in titles
+    at = _page(_app(tmp_path, monkeypatch, ["plain"]), page)
+    assert not any("Each row's draft depth" in c["layout"]["title"]["text"] for c in _charts(at))

@@ -215,3 +215,10 @@ def test_a_perfect_draft_is_drafted_deep_and_a_useless_one_not_at_all():
         head.norm.weight.neg_()  # q favours what p does not: drafts are rejected, and cost what good ones do
     useless = _row_steps_after_learning(model, head, PROMPTS, 24, lookup=False)  # (lookup's drafts would pay here)
     assert useless[0] > 0.9 * sum(useless.values()), useless
+
+
+def test_a_row_never_drafts_past_what_its_budget_can_take():
+    controller = _taught(accept_low=0.9, accept_high=0.9)
+    _price(controller.costs, 3, plain=1.0, per_draft=0.001)
+    choice = controller.decide(3, [RowState(0.2, left=1), RowState(0.2, left=3), RowState(0.2, left=40)])
+    assert choice.depths == (0, 2, 3)  # a step emits up to its depth + 1 tokens; tokens past the budget are cut

@@ -117,12 +117,13 @@ class Histories:
 
 def row_states(batch: Batch, out, histories: Histories | None) -> list[RowState]:
     """What a per-row depth reads of each live row (bebop.engine.depth.rows): the mean target entropy of its last
-    ENTROPY_WINDOW policy tokens, and (with `histories`) prompt lookup's longest match ending its history. Only what
-    the rows emitted."""
+    ENTROPY_WINDOW policy tokens, (with `histories`) prompt lookup's longest match ending its history, and the tokens
+    left in its budget. Only what the rows emitted."""
     states = []
     for row in batch.rows:
         recent = [h for h, o in zip(out.entropy[row][-ENTROPY_WINDOW:], out.origin[row][-ENTROPY_WINDOW:])
                   if o != "env"]
         match = histories[row].match()[0] if histories is not None else 0
-        states.append(RowState(sum(recent) / len(recent) if recent else 0.0, match))
+        left = out.config.max_new_tokens - len(out.tokens[row])
+        states.append(RowState(sum(recent) / len(recent) if recent else 0.0, match, left))
     return states

@@ -53,6 +53,7 @@ class RowState:
 
     entropy: float  # the mean target entropy H(p) of its last few tokens (nats)
     match: int = 0  # prompt lookup's longest match ending its history (0: none, or no lookup)
+    left: int | None = None  # tokens left in its budget (None: unbounded)
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,17 @@ class RowDepths:
             head = self.head_law.predict(state.entropy) if self.config.head else None  # [K]
             use = lookup is not None and (head is None or lookup[0] > head[0])
             survive, row = 1.0, []
-            for alpha in lookup if use else head:
+            for alpha in (lookup if use else head)[:self._deepest(state)]:
                 survive *= alpha
                 row.append(survive)
             out.append(row)
             looked.append(use)
         return out, looked
+
+    def _deepest(self, state: RowState) -> int:
+        """A row drafts at most what its budget can take: a step emits up to its depth + 1 tokens, and tokens past
+        the budget are cut."""
+        return self.config.max_gamma if state.left is None else max(0, min(self.config.max_gamma, state.left - 1))
 
     def decide(self, rows: int, states: list[RowState]) -> Choice:
         """Each of the `rows` live rows' depth and source for the next step (`Choice.depths`, `Choice.lookup`)."""
