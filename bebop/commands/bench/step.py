@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--compile", action="store_true", help="profile the compiled engine (minutes per shape)")
+    parser.add_argument("--cuts", action="store_true",
+                        help="also time each cut of the verification on its own, before beside after "
+                             "(bebop.commands.bench.cuts)")
+    parser.add_argument("--only-cuts", action="store_true", help="time the cuts alone, no engine profile")
     add_device_args(parser)
     parser.add_argument("--json", type=Path, default=None, help="write the records as a JSON list")
 
@@ -158,20 +162,44 @@ def print_records(records: list[dict]) -> None:
                 print(f"      {'total (100 ln measured / predicted)':<40}{sum(r['gap'].values()):>+8.1f}")
 
 
+def time_cuts_of(model, head, batch: int, args) -> dict:
+    """Each cut of the verification on its own at `batch` rows (bebop.commands.bench.cuts): the math on SmolLM2's
+    shapes (q over the head's draft vocabulary, when it has one), the ragged forward on the model itself."""
+    import torch
+
+    from bebop.commands.bench.cuts import cut_cells, forward_cells, time_cuts
+
+    vocab = model.config.vocab_size
+    ids = getattr(head, "draft_ids", None)
+    cells = cut_cells(batch, vocab, ids if ids is not None else torch.arange(vocab), args.temperature)
+    if ids is None:  # q already over V: nothing to spread
+        cells = {key: fn for key, fn in cells.items() if key[0] != "q over V"}
+    if batch > 1:
+        cells.update(forward_cells(model, batch, context=64 + args.new_tokens // 2))
+    return time_cuts(cells, max(args.repeats, 3))
+
+
 def run(args: argparse.Namespace) -> int:
     check_args(args)
     import torch
 
+    from bebop.commands.bench.cuts import print_cuts
     from bebop.policy import load_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = device_and_dtype(args)
     model, tokenizer, head = load_policy(args.policy, args.head, dtype=dtype, device=device)
-    records = []
+    records, cuts = [], {}
     for batch in args.batch:
-        records += batch_records(batch, profile_batch(model, head, tokenizer, batch, args), args)
+        if not args.only_cuts:
+            records += batch_records(batch, profile_batch(model, head, tokenizer, batch, args), args)
+        if args.cuts or args.only_cuts:
+            cuts[batch] = time_cuts_of(model, head, batch, args)
     print_records(records)
+    for batch, timed in cuts.items():
+        print_cuts(batch, timed)
+        records.append({"batch": batch, "cuts": timed})
     if args.json is not None:
         args.json.write_text(json.dumps(records, indent=1))
         print(f"wrote {args.json}")
