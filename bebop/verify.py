@@ -124,18 +124,24 @@ def acceptance_from_logp(target_logp_hat: torch.Tensor, draft_hat: torch.Tensor)
     return torch.where(draft_hat > 0, (target_hat / draft_hat).clamp(max=1), (target_hat > 0).to(target_hat.dtype))
 
 
-def residual_from_logp(target_logp: torch.Tensor, draft_probs: torch.Tensor | None, draft_ids: torch.Tensor | None,
-                       draft_token: torch.Tensor, one_hot: torch.Tensor) -> torch.Tensor:
+def residual_from_probs(target: torch.Tensor, draft_probs: torch.Tensor | None, draft_ids: torch.Tensor | None,
+                        draft_token: torch.Tensor, one_hot: torch.Tensor,
+                        rejected: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] unnormalised law of the recovered token where the draft draft_token [...] was rejected: max(0, p - q)
-    from log p [..., V] and q, over S [..., K] spread onto draft_ids (None: q is over V), or a one-hot at the draft
+    from p [..., V] and q, over S [..., K] spread onto draft_ids (None: q is over V), or a one-hot at the draft
     where one_hot [...] (draft_probs may then hold anything, and is ignored). Falls back to p where the residual has
-    (numerically) no mass, as `residual_probs` does. Only the deciding positions need it: one per row."""
-    target = target_logp.exp()
-    rest = target
+    (numerically) no mass, as `residual_probs` does. Only the deciding positions need it: one per row. With
+    `rejected` [...] bool, p itself where it is False (the bonus draw of a row that accepted every draft)."""
+    take = ~one_hot if rejected is None else rejected & ~one_hot  # [...] rows that subtract q over S
+    hot = one_hot if rejected is None else rejected & one_hot  # [...] rows that subtract their one-hot
+    rest = target.clone()
     if draft_probs is not None:
-        draft = draft_probs.to(target.dtype) * (~one_hot)[..., None]  # [..., K]: one-hot rows subtract below
-        rest = rest - draft if draft_ids is None else rest.index_add(-1, draft_ids, -draft)
-    rest = rest.scatter_add(-1, draft_token[..., None], -one_hot[..., None].to(target.dtype)).clamp_min(0)
+        draft = draft_probs.to(target.dtype) * take[..., None]  # [..., K]
+        if draft_ids is None:
+            rest.sub_(draft)
+        else:
+            rest.index_add_(-1, draft_ids, draft, alpha=-1)
+    rest.scatter_add_(-1, draft_token[..., None], -hot[..., None].to(target.dtype)).clamp_min_(0)
     mass = rest.sum(-1, keepdim=True)  # [..., 1]
     return torch.where(mass > 10 * torch.finfo(target.dtype).eps, rest, target)
 
@@ -147,7 +153,7 @@ def verify_scores(scores: torch.Tensor, log_normaliser: torch.Tensor, index: tor
     scores [N, V] and their log-normalisers [N] (log p = scores - log_normaliser: no softmax over V at any draft
     position); index [B, G+1] long, the row of `scores` at each row's position i (its pending token's at 0; past
     depths[b] anything valid: never read); uniforms [B, G+1] as in `verify`. Row b accepts a prefix of its first
-    depths[b] drafts; the next token is its residual at the first rejection (`residual_from_logp`), or a draw from p
+    depths[b] drafts; the next token is its residual at the first rejection (`residual_from_probs`), or a draw from p
     at position depths[b] (the bonus; at depth 0 the row's plain draw). method "rs" or "to" (the q of `drafts`
     decides the rule: a one-hot q is "to"'s) or "greedy" (prefix matching against argmax p). No host sync. `clock`
     as in `verify`."""
@@ -165,16 +171,16 @@ def verify_scores(scores: torch.Tensor, log_normaliser: torch.Tensor, index: tor
     if clock is not None:
         clock.mark("decide")
     at = index[rows, num_accepted]  # [B] the deciding position's row of scores
-    target_next = scores[at] - log_normaliser[at, None]  # [B, V] log p there
     if method == "greedy":
-        return Verdict(num_accepted, target_next.argmax(-1))
+        return Verdict(num_accepted, scores[at].argmax(-1))
+    target_next = scores[at].sub_(log_normaliser[at, None]).exp_()  # [B, V] p there: the one softmax of the step
     if gamma == 0:
-        return Verdict(num_accepted, sample(target_next.exp(), uniform=uniforms[:, 0]))
+        return Verdict(num_accepted, sample(target_next, uniform=uniforms[:, 0]))
     j = num_accepted.clamp(max=gamma - 1)  # [B]
     draft_next = None if drafts.draft_probs is None else drafts.draft_probs[rows, j]  # [B, K]
-    residual = residual_from_logp(target_next, draft_next, drafts.draft_ids, drafts.tokens[rows, j], drafts.one_hot)
-    rejected = (num_accepted < drafts.depths)[:, None]  # [B, 1]
-    return Verdict(num_accepted, sample(torch.where(rejected, residual, target_next.exp()), uniform=uniforms[:, gamma]))
+    weights = residual_from_probs(target_next, draft_next, drafts.draft_ids, drafts.tokens[rows, j], drafts.one_hot,
+                                  rejected=num_accepted < drafts.depths)  # [B, V]: p where every draft passed
+    return Verdict(num_accepted, sample(weights, uniform=uniforms[:, gamma]))
 
 
 def acceptance_probs(

@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 import bebop.verify as verify_module
 from bebop.sampling import sample
-from bebop.verify import (Drafts, acceptance_from_logp, acceptance_probs, residual_from_logp, residual_probs, verify,
+from bebop.verify import (Drafts, acceptance_from_logp, acceptance_probs, residual_from_probs, residual_probs, verify,
                           verify_scores)
 
 VOCAB, GAMMA = 6, 3
@@ -58,7 +58,7 @@ def _scores(target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _exact_law(target, draft, ids, depth: int, one_hot: bool) -> torch.Tensor:
     """Exact law [V]*(depth+1) of the first depth+1 emitted tokens (completed with draws from p past the step), from
-    `acceptance_from_logp` and `residual_from_logp`: every draft sequence (q's, or the greedy one when one_hot)."""
+    `acceptance_from_logp` and `residual_from_probs`: every draft sequence (q's, or the greedy one when one_hot)."""
     full = _full(draft, ids)
     logp = target.log()
     if one_hot:
@@ -77,7 +77,7 @@ def _exact_law(target, draft, ids, depth: int, one_hot: bool) -> torch.Tensor:
         reach = 1.0
         for k in range(depth + 1):  # exactly k accepted, then recovered (k < d) or bonus
             if k < depth:
-                residual = residual_from_logp(logp[k], draft[k], ids, tokens[k], torch.tensor(one_hot))
+                residual = residual_from_probs(target[k], draft[k], ids, tokens[k], torch.tensor(one_hot))
                 nxt, stop = residual / residual.sum(), reach * (1 - float(alpha[k]))
             else:
                 nxt, stop = target[depth], reach
@@ -111,8 +111,8 @@ def test_each_depth_emits_exactly_the_target_law(case, one_hot, depth):
 
 def test_the_enumeration_catches_a_residual_that_forgets_q(monkeypatch):
     target, draft, ids = _case("random", 0)
-    real = verify_module.residual_from_logp
-    monkeypatch.setattr(verify_module, "residual_from_logp", lambda logp, *args: real(logp, None, None, args[2],
+    real = verify_module.residual_from_probs
+    monkeypatch.setattr(verify_module, "residual_from_probs", lambda probs, *args: real(probs, None, None, args[2],
                                                                                       torch.tensor(False)))
     law = _exact_law_patched(target, draft, ids)
     assert 0.5 * (law - _product(target, 2)).abs().sum() > 0.02
@@ -120,12 +120,12 @@ def test_the_enumeration_catches_a_residual_that_forgets_q(monkeypatch):
 
 def _exact_law_patched(target, draft, ids):
     # _exact_law reads the pieces through this module's names; route it through the patched module's.
-    global residual_from_logp
-    saved, residual_from_logp = residual_from_logp, verify_module.residual_from_logp
+    global residual_from_probs
+    saved, residual_from_probs = residual_from_probs, verify_module.residual_from_probs
     try:
         return _exact_law(target, draft, ids, 2, False)
     finally:
-        residual_from_logp = saved
+        residual_from_probs = saved
 
 
 @pytest.mark.parametrize("case", ["random", "close", "zeros", "draft_vocab"])
@@ -140,7 +140,7 @@ def test_the_pieces_are_verifys_pieces(case):
                                acceptance_probs(tokens, batch_target, batch_full, "rs"))
     for one_hot, method in ((False, "rs"), (True, "to")):
         flags = torch.full((50, GAMMA), one_hot)
-        residual = residual_from_logp(target.log()[:GAMMA].expand(50, -1, -1), draft.expand(50, -1, -1), ids, tokens,
+        residual = residual_from_probs(target[:GAMMA].expand(50, -1, -1), draft.expand(50, -1, -1), ids, tokens,
                                       flags)
         torch.testing.assert_close(residual / residual.sum(-1, keepdim=True),
                                    residual_probs(tokens, batch_target, batch_full, method))
@@ -190,7 +190,7 @@ def test_ragged_depths_stop_where_each_row_asks_and_draw_its_bonus_there():
         while want < d and uniforms[b, want] < alpha[b, want]:
             want += 1
         assert n == want
-        law = target[n] if n == d else residual_from_logp(target.log()[n], draft[n], ids, drafts.tokens[b, n],
+        law = target[n] if n == d else residual_from_probs(target[n], draft[n], ids, drafts.tokens[b, n],
                                                           torch.tensor(False))
         assert int(verdict.next_token[b]) == int(sample(law, uniform=uniforms[b, GAMMA]))
 
