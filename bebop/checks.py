@@ -6,6 +6,7 @@ field and the value (`bebop COMMAND` prints it as one line on stderr, exit statu
     check_number(self, "clip_eps", low=0, high=1, open_low=True, open_high=True)   # a real number in (0, 1)
     check_choice(self, "mode", MODES)                              # one of the names; "unknown mode 'x'; valid names: ..."
     check_flags(args, ("--steps", "--prompts"), low=1)             # a job's numeric flags, before any work
+    flag_of("prompts_per_step")                                    # "--prompts": a config field's flag
 
 A message names the field as `Owner.field` (the config's class) so a traceback-free line still says which config, and
 a flag as the user typed it.
@@ -19,6 +20,9 @@ from typing import Any
 PRECISIONS = ("auto", "fp32", "bf16")  # a config's compute dtype (autocast, rollouts): auto = bf16 where it is fast
 METHODS = ("rs", "to", "greedy")  # how drafts are verified (bebop.verify): names a config checks without torch
 OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")  # the draft heads' losses (bebop.losses)
+# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
+FIELD_FLAGS = {"init_head": "init", "prompts_per_step": "prompts", "group_size": "group", "method": "rollout",
+               "mode": "sync"}
 
 
 def _field(obj: Any, name: str) -> str:
@@ -62,18 +66,14 @@ def check_choice(obj: Any, name: str, options: Sequence, *, label: str | None = 
         raise ValueError(f"unknown {label or name} {value!r}; valid names: {list(options)}")
 
 
+def flag_of(field: str) -> str:
+    """The flag that sets config field `field` on the command line (`--batch-size` for batch_size)."""
+    return "--" + FIELD_FLAGS.get(field, field).replace("_", "-")
+
+
 def check_flags(args: Any, flags: Sequence[str], *, low: int = 1) -> None:
     """Each `--flag` of parsed `args` (a number, a list of them, or None for a flag left at no value) >= `low`."""
     for flag in flags:
         value = getattr(args, flag[2:].replace("-", "_"))
         if any(v < low for v in (value if isinstance(value, list) else [] if value is None else [value])):
             raise ValueError(f"{flag} must be >= {low}, got {value}")
-
-
-def check_device_name(name: str) -> str:
-    """`name` if it is "auto", "cpu", "cuda" or "cuda:N"; ValueError otherwise (no CUDA needed to check the form;
-    `bebop.device.resolve_device` finds the device)."""
-    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda") or
-                                         (name.startswith("cuda:") and name[5:].isdigit())):
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
-    return name

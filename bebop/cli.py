@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bebop.commands.flags import FIELD_FLAGS, given_dests
+from bebop.checks import FIELD_FLAGS
 
 # A subcommand's module is imported only when that subcommand runs, so `bebop --help` stays instant.
 
@@ -112,6 +112,22 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         else:
             bench_sub.add_parser(name, help=help_text)
     return parser
+
+
+def given_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the flags `argv` gives `parser` (parsed again with every default suppressed): what a job's
+    `--resume` holds against the run's record (`bebop.commands.flags.given`)."""
+    actions = [(action, action.default) for action in parser._actions]
+    defaults = dict(parser._defaults)
+    try:
+        for action, _ in actions:
+            action.default = argparse.SUPPRESS
+        parser._defaults.clear()
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in actions:
+            action.default = default
+        parser._defaults.update(defaults)
 
 
 def _interrupt(signum, frame) -> None:

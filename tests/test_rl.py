@@ -618,7 +618,7 @@ def test_a_resume_keeps_what_the_run_recorded(tmp_path):
     import argparse
 
     from bebop.commands import rl as cli
-    from bebop.commands.flags import given_dests
+    from bebop.cli import given_dests
 
     run = tmp_path / "run"
     run.mkdir()

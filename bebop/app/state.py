@@ -37,7 +37,8 @@ TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "
           "step_cost": "step cost (plain steps)", "note": "note", "n": "points", "intercept": "intercept",
           "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message", "policy": "policy",
           "head": "head", "warnings": "warnings"}
-STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
+STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "interrupted": "violet", "stale": "orange",
+                "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 _COLORS = "_bebop_colors"  # session key: {run label: colour}
 MISSING = "—"  # what a table cell shows where a run has no such value

@@ -173,13 +173,13 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.small_prompts < 0 or args.prompts < 1:  # before torch loads: a misuse answers at once
+        raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     from bebop.commands.device_args import device_and_dtype
     from bebop.policy import head_label, load_policy_heads
     from bebop.rl.compare import run_once
     from bebop.runlog.session import default_run_dir
 
-    if args.small_prompts < 0 or args.prompts < 1:
-        raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     started = time.perf_counter()
     configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
     device, dtype = device_and_dtype(args)  # --device cuda without CUDA fails here, before the policy loads

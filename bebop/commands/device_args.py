@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from bebop.checks import check_device_name
+from bebop.device import check_device_name
 
 if TYPE_CHECKING:
     import torch

@@ -40,7 +40,7 @@ from bebop.heads.evaluate import (
     write_tables,
 )
 from bebop.metrics import rate_difference_interval, rate_interval
-from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads, run_meta
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_head, load_policy_heads, run_meta
 from bebop.runlog.session import default_run_dir, open_session
 
 
@@ -179,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     check_new_run_dirs([args.run_dir], "--run-dir")
+    for head in config.heads:  # names the policy cannot have: refused before it loads
+        check_head(args.policy, head)
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     # threads, device (--device cuda without CUDA fails here, before the policy loads) and dtype
@@ -187,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = policy.model, policy.tokenizer
     with session.begin({**eval_setup(config, policy.heads), **run_meta(model, policy.heads.values(),
                                                                         dtype=session.dtype)}):
-        rows = sweep(model, tokenizer, policy.heads, config, session.writer, tasks=tasks)
+        rows = sweep(model, tokenizer, policy.heads, config, session, tasks=tasks)
         fits = fit_slopes(rows)
         write_tables(session.run_dir, rows, fits)
     print_tables(rows, fits)

@@ -1,7 +1,6 @@
 """Flags and the config fields behind them, and what `--resume` does with them (no torch: all of it answers before
 anything loads).
 
-    flag_of("prompts_per_step")        # "--prompts": the command line's name for a config field
     given(args)                        # the flags the user typed (`bebop.cli` records them), not argparse's defaults
     changes, note = resumed(...)       # `--resume`: the run's recorded config, with the flags given held against it
 
@@ -14,35 +13,15 @@ applied, and meta.json's `resumes` lists those changes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
-FIELD_FLAGS = {"init_head": "init", "prompts_per_step": "prompts", "group_size": "group", "method": "rollout",
-               "mode": "sync"}
+from bebop.checks import FIELD_FLAGS, flag_of
 
-
-def flag_of(field: str) -> str:
-    """The flag that sets config field `field` (`--batch-size` for batch_size)."""
-    return "--" + FIELD_FLAGS.get(field, field).replace("_", "-")
-
-
-def given_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the flags `argv` gives `parser` (parsed again with every default suppressed)."""
-    actions = [(action, action.default) for action in parser._actions]
-    defaults = dict(parser._defaults)
-    try:
-        for action, _ in actions:
-            action.default = argparse.SUPPRESS
-        parser._defaults.clear()
-        return set(vars(parser.parse_args(argv)))
-    finally:
-        for action, default in actions:
-            action.default = default
-        parser._defaults.update(defaults)
-
+__all__ = ["FIELD_FLAGS", "flag_of", "from_record", "given", "preset_or_record", "recorded_config", "resumed"]
 
 def given(args: argparse.Namespace) -> set[str]:
     """The flags (by destination) the user gave: what `bebop.cli` recorded, else (a job's parser used directly)
@@ -61,6 +40,15 @@ def recorded_config(run_dir: Path | None) -> dict | None:
     except (OSError, ValueError, AttributeError):
         return None  # an unreadable meta.json is reported where the run is opened
     return config if isinstance(config, dict) else None
+
+
+def from_record(cls: type, recorded: Mapping[str, Any]) -> Any:
+    """The dataclass config `cls` a run recorded (JSON: its earlier field names through `cls.RENAMED`, lists where
+    the config holds tuples, keys it no longer has left out)."""
+    renamed = getattr(cls, "RENAMED", {})
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    values = {renamed.get(k, k): v for k, v in recorded.items()}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
 
 
 def resumed(recorded: Any, wanted: Mapping[str, Any], resumable: tuple[str, ...], where: str,
@@ -82,6 +70,22 @@ def resumed(recorded: Any, wanted: Mapping[str, Any], resumable: tuple[str, ...]
     return changes, f"resuming {where} with {applied}"
 
 
+def preset_or_record(base: Any, fields: Mapping[str, Any], args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The config of a job with a `--tiny` preset and `--run-dir` (train-mtp, pretrain) and the line a resume says:
+    `base` (the preset) with `fields` (field -> value of every flag that sets one) over it; with --resume, the run's
+    recorded config with the flags given, and the preset's values, held against it (`resumed`)."""
+    cls = type(base)
+    recorded = recorded_config(args.run_dir) if args.resume else None
+    if recorded is None:
+        return dataclasses.replace(base, **fields), None
+    run, typed = from_record(cls, recorded), given(args)
+    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
+    tiny = {k: v for k, v in dataclasses.asdict(base).items() if v != getattr(cls(), k)} if args.tiny else {}
+    changes, note = resumed(run, {**tiny, **wanted}, cls.RESUMABLE, f"--run-dir {args.run_dir}",
+                            lambda k: flag_of(k) if k in wanted else f"--tiny ({flag_of(k)})")
+    return dataclasses.replace(run, **changes), note
+
+
 def _said(field: str, value: Any, source: Callable[[str], str] = flag_of) -> str:
     """A field's value as flags say it: "--steps 20"; the mode as its switch ("--sync", or "no --sync")."""
     if field == "mode":
@@ -90,7 +94,11 @@ def _said(field: str, value: Any, source: Callable[[str], str] = flag_of) -> str
 
 
 def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))  # a tuple compares equal to the list it was recorded as
+    """`value` as its record holds it: a tuple compares equal to the list it was recorded as, a dataclass (a
+    pretraining config's model) to its dict."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=str))
 
 
 def _shown(value: Any) -> str:

@@ -11,11 +11,12 @@ The recipe (data, frozen backbone, target at the rollout temperature, optimiser)
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import sys
 import time
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.flags import preset_or_record
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.heads.config import OBJECTIVES, TrainMTPConfig
@@ -58,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"the policy answers for the head's training data ({_default('tasks')})")
     add_prompt_args(parser)
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir from its last checkpoint (default: a new run)")
+                        help="continue the run in --run-dir from its last checkpoint, with the settings it recorded; a "
+                             "flag given beside it may change only --steps, --threads, --eval-every and "
+                             "--checkpoint-every (default: a new run)")
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
     parser.add_argument("--data", type=Path, default=None,
                         help="the corpus cache directory: each task's self-generated answers, reused by every later "
@@ -79,20 +82,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
-    """The preset (--tiny or the default) with every flag given applied over it."""
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[TrainMTPConfig, str | None]:
+    """The preset (--tiny or the default) with every flag given applied over it; with --resume, the run's recorded
+    config with the flags given held against it, and the line that says what they changed
+    (`bebop.commands.flags.resumed`)."""
     base = TrainMTPConfig.tiny(args.objective) if args.tiny else TrainMTPConfig(objective=args.objective)
-    given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
+    return preset_or_record(base, _flag_fields(args), args)
+
+
+def _flag_fields(args: argparse.Namespace) -> dict:
+    """TrainMTPConfig field -> value of each flag that sets one (numbers left out are the preset's)."""
+    fields = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
     if args.tasks is not None:
-        given["tasks"] = tuple(args.tasks)
+        fields["tasks"] = tuple(args.tasks)
     if args.draft_vocab is not None:
-        given["draft_vocab"] = args.draft_vocab
-    return dataclasses.replace(base, **given, dtype=args.dtype, device=args.device,
-                               init_head=None if args.init is None else str(args.init), **prompt_fields(args))
+        fields["draft_vocab"] = args.draft_vocab
+    return {**fields, "dtype": args.dtype, "device": args.device,
+            "init_head": None if args.init is None else str(args.init), **prompt_fields(args)}
 
 
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop train-mtp ...`."""
-    config = config_from_args(args)
+    config, note = config_and_note(args)  # bad names, values and resumes fail here, before torch loads
     check_out(args.out, "--out", force=args.force, holds="a head")
     check_run_dir(args.run_dir, resume=args.resume)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
@@ -102,14 +116,15 @@ def run(args: argparse.Namespace) -> int:
     from bebop.device import resolve_device
     from bebop.heads.corpus import CorpusSource
     from bebop.heads.train import load_frozen_policy, open_run, train_mtp
-    from bebop.runlog.session import default_run_dir
 
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
-    args.run_dir = args.run_dir or default_run_dir("train-mtp", config.objective)  # what a --resume names
     session = open_run(args.run_dir, config, resume=args.resume, mirrors=mirrors, progress=True)
+    args.run_dir = session.run_dir  # what a --resume names
     model, tokenizer = load_frozen_policy(args.policy)
+    if note and distributed.is_main():
+        print(f"bebop train-mtp: {note}", file=sys.stderr)
     start = time.perf_counter()
     train_mtp(model, tokenizer, config, session, data=CorpusSource(args.data, tasks=tasks), out=args.out)
     main = distributed.is_main()

@@ -7,7 +7,8 @@ import warnings
 from dataclasses import InitVar, dataclass
 from typing import ClassVar
 
-from bebop.checks import OBJECTIVES, PRECISIONS, check_choice, check_device_name
+from bebop.checks import OBJECTIVES, PRECISIONS, check_choice
+from bebop.device import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from bebop.checks import check_device_name
+from bebop.device import check_device_name
 from bebop.data.batches import pad
 from bebop.data.prompts import PromptOptions, check_prompt_fields, job_prompt_format, prompt_ids
 from bebop.data.tasks import Task, check_task_names, dataset_config
@@ -52,7 +52,7 @@ from bebop.metrics import derive, fit_entropy_law
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 from bebop.play import Completion, complete
-from bebop.runlog import RunWriter
+from bebop.runlog.session import RunSession
 from bebop.runlog.setup import one_or_all, setup_keys
 from bebop.verify import METHODS
 
@@ -182,11 +182,12 @@ def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples,
     return row, completions
 
 
-def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
+def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, run: RunSession | None = None,
           progress: bool = True, tasks: dict[str, Task] | None = None) -> list[dict]:
-    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream. `tasks`:
-    config.tasks as the job got them (`bebop.data.tasks.get`; None: got here)."""
-    rows, console = [], Console(stderr=True, quiet=not progress)
+    """All (task, temperature, head, method) rows; with `run` (opened by `bebop.runlog.session` and begun), per-token
+    records go to its `tokens` stream and each row to its status. `tasks`: config.tasks as the job got them
+    (`bebop.data.tasks.get`; None: got here)."""
+    rows, console, writer = [], Console(stderr=True, quiet=not progress), None if run is None else run.writer
     tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     for task_name in config.tasks:
         task = tasks[task_name]

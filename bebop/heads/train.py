@@ -58,18 +58,20 @@ from bebop.models.transformer import Transformer
 from bebop.play import stop_ids
 from bebop.policy import head_meta, load_policy, policy_meta
 from bebop.runlog.mirror import Mirror
-from bebop.runlog.session import RunSession, open_session
+from bebop.runlog.session import RunSession, default_run_dir, open_session
 from bebop.runlog.setup import one_or_all, setup_keys
 
 # How long the other ranks wait for rank 0 to generate the data set: a bound on a hung rank 0, not on the work.
 GENERATION_WAIT = datetime.timedelta(hours=12)
 
 
-def open_run(run_dir: str | os.PathLike, config: TrainMTPConfig, *, resume: bool = False,
+def open_run(run_dir: str | os.PathLike | None, config: TrainMTPConfig, *, resume: bool = False,
              mirrors: Sequence[Mirror] = (), progress: bool = False) -> RunSession:
-    """A train-mtp run opened in `run_dir` (`bebop.runlog.session`: the directory checked, threads, device and
-    dtype set, and with `resume` its checkpoint read and its config held against `config`), for `train_mtp`;
-    `progress`: a progress bar and what the run is doing on the terminal (the job's; a library call is quiet)."""
+    """A train-mtp run opened in `run_dir` (None: runs/train-mtp-OBJECTIVE-TIME) through `bebop.runlog.session`: the
+    directory checked, threads, device and dtype set, and with `resume` its checkpoint read and its config held
+    against `config`; for `train_mtp`. `progress`: a progress bar and what the run is doing on the terminal (the
+    job's; a library call is quiet)."""
+    run_dir = default_run_dir("train-mtp", config.objective) if run_dir is None else run_dir
     return open_session(run_dir, config, kind="train-mtp", resume=resume, checkpoints=checkpoints.CHECKPOINTS,
                         mirrors=mirrors, progress=progress)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -83,14 +84,16 @@ def open_session(run_dir: str | os.PathLike, config: Any, *, kind: str, resume: 
     # spin against each other on a busy CPU)
     torch.set_num_threads(config.threads or max(1, (os.cpu_count() or 1) // 2 // distributed.local_world()))
     device = resolve_device(config.device)
-    state = files.load_checkpoint(run_dir, format=checkpoints.format, keys=checkpoints.keys) if resume else None
-    changes = {}
-    if state is not None:
-        changes, refused = config_changes(state["config"], config, getattr(type(config), "RESUMABLE", ()))
-        if refused:
-            raise ValueError(f"cannot resume with a different config (checkpoint, now): {refused}")
-    return RunSession(run_dir, config, kind, device, resolve_dtype(config.dtype, device), resume, checkpoints,
-                      state, changes, tuple(mirrors), name, progress and distributed.is_main())
+    dtype = resolve_dtype(config.dtype, device)
+    state, saved = None, None
+    if resume and (run_dir / "meta.json").is_file():  # the checkpoint's config; before it, the one meta.json recorded
+        state = files.load_checkpoint(run_dir, format=checkpoints.format, keys=checkpoints.keys)
+        saved = state["config"] if state is not None else files.read_json(run_dir / "meta.json").get("config")
+    changes, refused = config_changes(saved, config, getattr(type(config), "RESUMABLE", ())) if saved else ({}, {})
+    if refused:
+        raise ValueError(f"cannot resume with a different config (checkpoint, now): {refused}")
+    return RunSession(run_dir, config, kind, device, dtype, resume, checkpoints, state, changes, tuple(mirrors), name,
+                      progress and distributed.is_main())
 
 
 @dataclass
@@ -143,13 +146,12 @@ class RunSession:
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """The checkpoint after `step`: `state` (every rank computes it: gathering a sharded model is a collective)
-        with the step and the config, written atomically by rank 0, Ctrl-C and SIGTERM held until it is whole; no
-        rank runs ahead of a checkpoint that is not on disk yet."""
+        with the step and the config, written atomically by rank 0, Ctrl-C and SIGTERM held until it is whole."""
         if distributed.is_main():
             with uninterrupted():
                 files.save_checkpoint(self.run_dir, {**state, "step": step, "config": dataclasses.asdict(self.config)},
                                       format=self.checkpoints.format, keys=self.checkpoints.keys)
-        distributed.barrier()
+        distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
 
     def __enter__(self) -> RunSession:
         return self
@@ -174,8 +176,6 @@ def check_same_policy(run_dir: Path, policy: Mapping | None) -> None:
 def uninterrupted() -> Iterator[None]:
     """Ctrl-C and SIGTERM held while the block writes, then raised: a checkpoint is written whole or not begun. In
     the main thread only (where signals arrive); elsewhere the block runs as is."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
