@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from bebop import metrics, plots, speedup
+from bebop.plots import row_depths as row_plots
 from bebop.runlog import Run, RunInfo, list_runs, load_run
 from bebop.runlog.setup import SETUP_KEYS, head_of, made_by, policy_of
 
@@ -347,3 +348,21 @@ def download(data: pd.DataFrame, file_name: str, key: str) -> None:
 def badge(state_name: str) -> str:
     """A run state as a coloured Markdown badge."""
     return f":{STATE_COLORS.get(state_name, 'gray')}-badge[{state_name}]"
+
+
+def show_row_depths(trains: Mapping[str, pd.DataFrame], colors: Mapping[str, str], page: str,
+                    title: str | None = None) -> None:
+    """gamma="rows" (bebop.engine.depth.rows): each row's depth per RL step beside the verify-token budget, each over
+    its data's download; nothing where no run has them. `page` prefixes the widgets' keys."""
+    depths = row_plots.row_depths(trains)
+    if depths.empty:
+        return
+    if title:
+        st.subheader(title)
+    budget = row_plots.budgets(trains)
+    left, right = st.columns(2)
+    for column, figure, data, name in ((left, row_plots.row_depth_figure(depths, colors=colors), depths, "row_depths"),
+                                       (right, row_plots.budget_figure(budget, colors=colors), budget, "budget")):
+        with column:
+            st.plotly_chart(figure, key=f"{page}_{name}")
+            download(data, f"{name}.csv", key=f"dl_{page}_{name}")

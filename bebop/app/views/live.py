@@ -11,7 +11,6 @@ import streamlit as st
 
 from bebop import metrics, plots
 from bebop.app import state
-from bebop.plots import row_depths as row_plots
 
 root, infos, chosen, message = state.selected()
 st.title("Live")
@@ -139,17 +138,7 @@ def policy() -> None:
 def row_depths() -> None:
     """gamma="rows": the depth each row got per RL step, and the verify-token budget (bebop.engine.depth.rows)."""
     trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
-    depths = row_plots.row_depths(trains)
-    if depths.empty:
-        return
-    left, right = st.columns(2)
-    with left:
-        st.plotly_chart(row_plots.row_depth_figure(depths, colors=colors), key="live_row_depths")
-        state.download(depths, "row_depths.csv", key="dl_live_row_depths")
-    with right:
-        budget = row_plots.budgets(trains)
-        st.plotly_chart(row_plots.budget_figure(budget, colors=colors), key="live_budget")
-        state.download(budget, "budget.csv", key="dl_live_budget")
+    state.show_row_depths(trains, colors, "live")
 
 
 headline()

@@ -5,7 +5,6 @@ import streamlit as st
 
 from bebop import plots, speedup
 from bebop.app import state
-from bebop.plots import row_depths as row_plots
 from bebop.plots import speed as speed_plots
 
 root, infos, chosen, message = state.selected()
@@ -89,17 +88,7 @@ if not depths.empty:
                "its own step timings per rows bucket (`engine/cost/{rows}/{γ}`). γ = 0 is plain decoding.")
 
 # gamma="rows": each row's depth per RL step and the verify-token budget (bebop.engine.depth.rows).
-rows_depths = row_plots.row_depths(trains)
-if not rows_depths.empty:
-    st.subheader("Each row's draft depth and the verify-token budget")
-    r1, r2 = st.columns(2)
-    with r1:
-        st.plotly_chart(row_plots.row_depth_figure(rows_depths, colors=colors), key="speed_row_depths")
-        state.download(rows_depths, "row_depths.csv", key="dl_speed_row_depths")
-    with r2:
-        budget = row_plots.budgets(trains)
-        st.plotly_chart(row_plots.budget_figure(budget, colors=colors), key="speed_budget")
-        state.download(budget, "budget.csv", key="dl_speed_budget")
+state.show_row_depths(trains, colors, "speed", "Each row's draft depth and the verify-token budget")
 
 # Draft health (bebop.rl.draft_health): the entropy law's residual; an alarm means the draft parted from the policy.
 health = speed_plots.draft_health(trains)
