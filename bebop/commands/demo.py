@@ -159,10 +159,15 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
         if r["speed"].beyond:
             console.print(f"* {r['rows']} rows: {r['speed'].note()}.")
     chose = [f"γ={r['gamma_mode']} at {r['rows']} rows (mean {r['gamma_mean']:.1f} over engine steps)"
-             for r in regimes if r.get("gamma_mode") is not None]
+             for r in regimes if r.get("gamma_mode") is not None and "row_depth_mean" not in r["spec"]]
     if chose:
         console.print("γ=auto chose " + " and ".join(chose) + ": the depth that maximised measured tokens/s "
                       "(acceptance over step cost; γ=0 is plain decoding).")
+    per_row = [f"a mean γ of {r['spec']['row_depth_mean']:.2f} per row-step at {r['rows']} rows "
+               f"({r['spec']['row_plain_share']:.0%} at γ=0)" for r in regimes if "row_depth_mean" in r["spec"]]
+    if per_row:
+        console.print("γ=rows gave each row its own depth, " + " and ".join(per_row) + ": from its predicted "
+                      "acceptance, under the verify-token budget the measured step costs set (γ=0 decodes plainly).")
     console.print(why_they_differ(regimes))
     console.print("What a perfect draft head would reach here: [bold]bebop bench rl --self-draft policy[/bold]")
     console.print("runs: " + ", ".join(str(d) for d in dirs))
