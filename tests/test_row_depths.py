@@ -17,7 +17,7 @@ from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.selfdraft import self_draft_pair
 from bebop.models.transformer import Transformer
-from exact_law import check_first_three, first_three_law
+from exact_law import check_first_three, first_three_law, near_draft_pair
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15], [1, 2, 1, 2, 1, 2], [3, 3]]
 
@@ -50,17 +50,6 @@ RULES = {"ragged": lambda t, b: ((b + t) % 3, False),
          "lookup and plain": lambda t, b: (2 * ((b + t) % 2), b % 2 == 0)}
 
 
-def _near_draft_pair(vocab: int) -> tuple[Transformer, MTPHead]:
-    """A one-layer policy and a head close to it but not equal: accepts, rejections and bonuses all occur."""
-    config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
-    model, head = self_draft_pair(config, seed=3)
-    noise = torch.randn(config.hidden_size, config.hidden_size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        head.fc.weight[:, : config.hidden_size].add_(noise * 0.4)
-    return model, head
-
-
 @pytest.fixture(scope="module")
 def tiny_pair():
     torch.manual_seed(0)
@@ -88,7 +77,7 @@ def test_ragged_depths_and_sources_draw_the_first_three_tokens_exactly(method):
     beside the head): the first three tokens pass a chi-square test against plain sampling's enumerated law, and the
     same counts fail it against a wrong law."""
     vocab, n, prompt = 5, 20_000, [1, 2, 1]
-    model, head = _near_draft_pair(vocab)
+    model, head = near_draft_pair(vocab)
     law = first_three_law(model, prompt, vocab)
     for name, rule in RULES.items():
         engine = Engine(model, head, depth=Scripted(2, rule))
