@@ -83,9 +83,11 @@ def shadow_points(run, *, by: str = "step", value: str = "accept_length") -> pd.
 def shadow_summary(run, *, by: str = "step", value: str = "accept_length", window: int = 10,
                    n_bootstrap: int = 1000, generator: torch.Generator | None = None) -> pd.DataFrame:
     """One row per (head, rule): strategy, points, slope, slope_lo, slope_hi, intercept, r2 (NaN where the points
-    cannot fix a line: fewer than 3, or no spread in entropy), then start, end, change, relative_change (each with
-    _lo / _hi), entropy_start, entropy_end and the window used. Without a generator a fixed seed (0) keeps the
-    intervals reproducible."""
+    cannot fix a line: fewer than 3, or no spread in entropy), flags (what the points cannot support, in words: "" when
+    nothing) and the fit a flag points to instead, within_slope, within_slope_lo, within_slope_hi, within_intercept,
+    within_r2, within_points (`bebop.entropy_law.EntropyFit.within`; NaN and 0 when none), then start, end, change,
+    relative_change (each with _lo / _hi), entropy_start, entropy_end and the window used. Without a generator a
+    fixed seed (0) keeps the intervals reproducible."""
     if not (isinstance(window, int) and window >= 1):
         raise ValueError(f"window must be a positive int, got {window!r}")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
@@ -100,15 +102,28 @@ def shadow_summary(run, *, by: str = "step", value: str = "accept_length", windo
     return pd.DataFrame(rows)
 
 
+LAW = ("slope", "slope_lo", "slope_hi", "intercept", "r2")
+
+
 def _law(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> dict:
+    """The law's columns: the fit, its flags in words (`EntropyFit.flags`, "" when none) and the within fit a flag
+    points to (within_*: NaN when none)."""
+    empty = {"points": len(points), **dict.fromkeys(LAW, math.nan), "flags": "", "within_points": 0,
+             **{f"within_{key}": math.nan for key in LAW}}
     try:
         fit = fit_entropy_law(points["entropy"].to_numpy(dtype=float), points["acceptance"].to_numpy(dtype=float),
                               weights=points["weight"].to_numpy(dtype=float), n_bootstrap=n_bootstrap, generator=gen)
     except ValueError:  # too few points, or no spread in entropy: no line
-        return {"points": len(points), "slope": math.nan, "slope_lo": math.nan, "slope_hi": math.nan,
-                "intercept": math.nan, "r2": math.nan}
-    return {"points": fit.n, "slope": fit.slope, "slope_lo": fit.slope_ci[0], "slope_hi": fit.slope_ci[1],
-            "intercept": fit.intercept, "r2": fit.r2}
+        return empty
+    out = {**empty, **_columns(fit, ""), "points": fit.n, "flags": "; ".join(fit.flags)}
+    if fit.within is not None:
+        out.update(_columns(fit.within, "within_"), within_points=fit.within.n)
+    return out
+
+
+def _columns(fit, prefix: str) -> dict:
+    values = (fit.slope, *fit.slope_ci, fit.intercept, fit.r2)
+    return {f"{prefix}{key}": value for key, value in zip(LAW, values)}
 
 
 def _drift(part: pd.DataFrame, window: int, n_bootstrap: int, gen: torch.Generator) -> dict:
