@@ -49,6 +49,7 @@ class EntropyFit:
     r2: float
     slope_ci: tuple[float, float]  # bootstrap percentile 95% interval; NaN when n_bootstrap = 0
     n: int
+    span: tuple[float, float] = (math.nan, math.nan)  # the entropies the line was fitted over (min, max)
     flags: tuple[str, ...] = ()
     within: EntropyFit | None = None
     excluded: int = 0
@@ -79,7 +80,7 @@ def _as_vector(name: str, values) -> Tensor:
     return x
 
 
-def _wls(x: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def weighted_line(x: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Weighted least squares along the last dim: x, y, w [..., n] -> slope, intercept, x spread [...]."""
     w = w / w.sum(-1, keepdim=True)
     x_mean, y_mean = (w * x).sum(-1), (w * y).sum(-1)
@@ -93,7 +94,7 @@ def _line(x: Tensor, y: Tensor, w: Tensor, n_bootstrap: int, generator: torch.Ge
     """The weighted line through x, y, w [n] with its bootstrap interval, no diagnostics."""
     if int((w > 0).sum()) < 3:
         raise ValueError("need at least 3 points with positive weight (weights must be non-negative)")
-    slope, intercept, sxx = _wls(x, y, w)
+    slope, intercept, sxx = weighted_line(x, y, w)
     if not float(sxx) > 1e-12 * max(1.0, float(x.abs().max()) ** 2):
         raise ValueError("entropy has (almost) zero variance: the slope is undefined")
     wn = w / w.sum()
@@ -103,12 +104,13 @@ def _line(x: Tensor, y: Tensor, w: Tensor, n_bootstrap: int, generator: torch.Ge
     if n_bootstrap > 0:
         gen = generator if generator is not None else torch.Generator().manual_seed(0)
         idx = torch.randint(len(x), (n_bootstrap, len(x)), generator=gen, device=gen.device).cpu()  # [R, n]
-        boot, _, boot_sxx = _wls(x[idx], y[idx], w[idx])  # [R]
+        boot, _, boot_sxx = weighted_line(x[idx], y[idx], w[idx])  # [R]
         boot = torch.where(boot_sxx > 1e-12 * float(sxx), boot, math.nan)
         lo, hi = torch.nanquantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
         ci = (lo, hi)
+    fitted = x[w > 0]
     return EntropyFit(float(slope), float(intercept), 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan, ci,
-                      int((w > 0).sum()))
+                      int((w > 0).sum()), (float(fitted.min()), float(fitted.max())))
 
 
 def clusters(x: Tensor, w: Tensor) -> list[Tensor]:
@@ -132,7 +134,7 @@ def _leave_one_out(x: Tensor, y: Tensor, w: Tensor) -> Tensor:
     """The slope without each point in turn, [n] (NaN where the rest has no spread or under 3 points)."""
     keep = w.expand(len(x), -1).clone()  # [n, n]
     keep.fill_diagonal_(0.0)
-    slope, _, sxx = _wls(x.expand_as(keep), y.expand_as(keep), keep)  # [n]
+    slope, _, sxx = weighted_line(x.expand_as(keep), y.expand_as(keep), keep)  # [n]
     enough = ((keep > 0).sum(-1) >= 3) & (sxx > 1e-12)
     return torch.where(enough, slope, math.nan)
 
@@ -201,8 +203,8 @@ def fit_entropy_law(entropy, acceptance, *, weights=None, n_bootstrap: int = 100
     sparse = int(((w > 0) & (w < SPARSE_SHARE * w.sum())).sum()) if bool((w != w[0]).any()) else 0
     if sparse:
         caveats.append(f"{sparse} nearly empty bin(s) (under {SPARSE_SHARE:.0%} of the weight each)")
-    return EntropyFit(fit.slope, fit.intercept, fit.r2, fit.slope_ci, fit.n, tuple(flags + caveats), within,
-                      excluded, sparse)
+    return EntropyFit(fit.slope, fit.intercept, fit.r2, fit.slope_ci, fit.n, fit.span, tuple(flags + caveats),
+                      within, excluded, sparse)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ import pandas as pd
 import streamlit as st
 
 from bebop import metrics, plots, speedup
+from bebop.rl.draft_health import replay
 from bebop.runlog import Run, RunInfo, list_runs, load_run
-from bebop.runlog.setup import SETUP_KEYS, head_of, made_by, policy_of
+from bebop.runlog.setup import SETUP_KEYS, SYNTHETIC, head_of, is_synthetic, made_by, policy_of
 
 DEFAULT_ROOT = "runs"
 CONFIG_KEYS = SETUP_KEYS  # meta.json's setup keys, what every table shows about a run (docs/runs.md)
@@ -30,16 +31,21 @@ DEFAULT_SELECTION = 5
 TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "task": "task", "rollout": "rollout",
           "mtp_objective": "MTP loss", "mtp_strategy": "MTP strategy", "gamma": "γ", "mode": "mode",
           "steps": "steps", "accept_length": "accept length", "final_reward": "reward (last tenth)",
-          "final_entropy": "entropy (last tenth)", "final_step_s": "s / step (last tenth)",
+          "final_entropy": "entropy (last tenth)", "step_s": "s / step (median)",
           "slope": "slope (per nat)", "r2": "R²", "series": "series", "plain_run": "plain partner",
           "measured_end_to_end": "whole step, measured", "measured_rollout": "generation, measured",
+          "measured_update": "update, measured", "response_ratio": "answer length (MTP / plain)",
+          "tokens_per_s": "tokens / s (median)",
           "predicted": "generation, predicted", "tokens_per_row_step": "tokens / row-step",
           "step_cost": "step cost (plain steps)", "note": "note", "n": "points", "intercept": "intercept",
           "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message", "policy": "policy",
-          "head": "head", "warnings": "warnings"}
+          "head": "head", "warnings": "warnings", "flags": "what the points cannot support", "within": "within slope",
+          "relative_change": "relative change", "strategy": "strategy", "points": "points", "start": "start",
+          "end": "end"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 _COLORS = "_bebop_colors"  # session key: {run label: colour}
+_HEALTH = "_bebop_health"  # session key: {(run label, train rows): the train stream, draft health replayed}
 MISSING = "—"  # what a table cell shows where a run has no such value
 
 
@@ -48,8 +54,10 @@ def default_root() -> str:
 
 
 def label(info: RunInfo, root: Path) -> str:
-    """A run's name on screen: its path under the root (unique, unlike meta.json's name)."""
-    return info.path.relative_to(root).as_posix()
+    """A run's name on screen: its path under the root (unique, unlike meta.json's name), marked when the run is
+    synthetic, so the mark follows it into every table, legend and selection."""
+    name = info.path.relative_to(root).as_posix()
+    return f"{name} ({SYNTHETIC})" if is_synthetic(info.meta) else name
 
 
 def shown(value: Any) -> Any:
@@ -91,8 +99,10 @@ def speed_pairs(chosen: list[RunInfo], infos: list[RunInfo], root: Path) -> tupl
 
 def default_selection(infos: list[RunInfo], labels: Mapping[str, RunInfo]) -> list[str]:
     """First visit: running runs first, then the newest, a handful in all, and always a no-MTP baseline
-    when the root has one (without it every speedup would read against an MTP run)."""
-    names = list(labels)
+    when the root has one (without it every speedup would read against an MTP run). Synthetic runs only where the
+    root holds no real run: a simulation is never shown beside a measurement unless a user picks it."""
+    real = [name for name in labels if not is_synthetic(labels[name].meta)]
+    names = real or list(labels)
     running = [name for name in names if labels[name].state == "running"]
     chosen = (running + [name for name in names if name not in running])[:DEFAULT_SELECTION]
     plain = [name for name in names if is_plain(labels[name])]
@@ -220,14 +230,15 @@ def eval_points(runs: Mapping[str, Run]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else plots.token_points({})
 
 
-def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
-    """One row per run for the Runs page (and its CSV)."""
+def runs_table(infos: list[RunInfo], root: Path, warnings: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """One row per run for the Runs page (and its CSV); `warnings`: each run's count as shown (default: stored)."""
     now = time.time()
     rows = []
     for info in infos:
         row = {"run": label(info, root), "state": info.state,
-               "kind": info.kind + (" (synthetic)" if info.meta.get("synthetic") else ""), "step": info.step,
-               "policy": policy_of(info.meta), "head": head_of(info.meta), "warnings": len(info.warnings) or None}
+               "kind": info.kind + (f" ({SYNTHETIC})" if is_synthetic(info.meta) else ""), "step": info.step,
+               "policy": policy_of(info.meta), "head": head_of(info.meta),
+               "warnings": (warnings or {}).get(label(info, root), len(info.warnings)) or None}
         row.update({key: shown(info.setup.get(key)) for key in CONFIG_KEYS})
         row["created"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created)) if info.created else None
         # Only a run still writing has a heartbeat worth reading; a finished run's age only says when it ended.
@@ -260,6 +271,37 @@ def show_warnings(named: Mapping[str, list[Mapping]], shown: int = 3) -> None:
         st.warning(f"`{name}` raised {len(records)} warning{'s' * (len(records) > 1)}"
                    + (f" (the latest {len(lines)}; all in its warnings.jsonl)" if earlier else "") + ":\n"
                    + "\n".join(lines), icon=":material/warning:")
+
+
+def health(name: str, train: pd.DataFrame) -> pd.DataFrame:
+    """`train` with its `draft_health/*` fields replayed by the current monitor (`bebop.rl.draft_health.replay`), so a
+    run written before the alarm read its sign or bootstrapped its steps reads as the monitor reads now. Kept in the
+    session per run and length: a live page redraws without replaying."""
+    cache: dict = st.session_state.setdefault(_HEALTH, {})
+    key = (name, len(train))
+    if key not in cache:
+        replayed = pd.DataFrame(replay(train.to_dict("records")), index=train.index)
+        cache[key] = pd.concat([train.drop(columns=[c for c in train.columns if c.startswith("draft_health/")]),
+                                replayed], axis=1)
+    return cache[key]
+
+
+def run_warnings(name: str, run: Run) -> list[dict]:
+    """The run's warnings as its page shows them: the stored ones but the draft-health alarms, which are replayed
+    (`health`): one per stretch of alarmed steps, where it starts."""
+    stored = [w for w in (run.streams["warnings"].to_dict("records") if "warnings" in run.streams else [])
+              if w.get("source") != "draft_health"]
+    train = run.streams.get("train")
+    if train is None or "step" not in train.columns or not len(train):
+        return stored
+    replayed, alarmed = [], False
+    for record in health(name, train).to_dict("records"):
+        alarm = record.get("draft_health/alarm") == 1.0
+        if alarm and not alarmed:
+            replayed.append({"step": record["step"], "source": "draft_health",
+                             "message": record["draft_health/warning"]})
+        alarmed = alarm
+    return sorted(stored + replayed, key=lambda w: w.get("step", -1) if _is_number(w.get("step")) else -1)
 
 
 def _at_step(step: Any) -> str:
@@ -341,6 +383,15 @@ def download(data: pd.DataFrame, file_name: str, key: str) -> None:
     """A CSV download of a chart's data (full resolution, not the thinned points on screen)."""
     st.download_button("CSV", data.to_csv(index=False), file_name=file_name, mime="text/csv", key=key,
                        on_click="ignore", icon=":material/download:", help="Download this chart's data")
+
+
+def title(text: str, chosen: Iterable[RunInfo]) -> None:
+    """A page's title, marked when any run it shows is synthetic (with what that means, once, below it)."""
+    synthetic = [info for info in chosen if is_synthetic(info.meta)]
+    st.title(text + (f" :orange-badge[{SYNTHETIC} runs shown]" if synthetic else ""))
+    if synthetic:
+        st.caption(f":material/science: {len(synthetic)} of the runs shown are {SYNTHETIC}: simulated by `bebop "
+                   "preview` to show what the pages draw; their numbers measure nothing.")
 
 
 def badge(state_name: str) -> str:

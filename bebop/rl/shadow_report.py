@@ -86,23 +86,29 @@ def shadow_summary(run, *, by: str = "step", value: str = "accept_length", windo
     cannot fix a line: fewer than 3, or no spread in entropy), flags (what the points cannot support, in words: "" when
     nothing) and the fit a flag points to instead, within_slope, within_slope_lo, within_slope_hi, within_intercept,
     within_r2, within_points (`bebop.entropy_law.EntropyFit.within`; NaN and 0 when none), then start, end, change,
-    relative_change (each with _lo / _hi), entropy_start, entropy_end and the window used. Without a generator a
-    fixed seed (0) keeps the intervals reproducible."""
+    relative_change (each with _lo / _hi), entropy_start, entropy_end and the window used. Without a generator each
+    series bootstraps from seed 0, so its intervals are reproducible and do not depend on the other series."""
     if not (isinstance(window, int) and window >= 1):
         raise ValueError(f"window must be a positive int, got {window!r}")
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
     points = shadow_points(run, by=by, value=value)
     steps = shadow_points(run, by="step", value=value)
     rows = []
     for (head, rule), part in steps.groupby(["head", "rule"], sort=False):
         law = points[(points["head"] == head) & (points["rule"] == rule)]
         row = {"head": head, "rule": rule, "strategy": part["strategy"].iloc[0],
-               **_law(law, n_bootstrap, gen), **_drift(part.sort_values("step"), window, n_bootstrap, gen)}
+               **_law(law, n_bootstrap, _seeded(generator)),
+               **_drift(part.sort_values("step"), window, n_bootstrap, _seeded(generator))}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 LAW = ("slope", "slope_lo", "slope_hi", "intercept", "r2")
+
+
+def _seeded(generator: torch.Generator | None) -> torch.Generator:
+    """The generator given, else a fresh one seeded 0 for each use: a series' interval is then the same whichever
+    series come before it, and the same as `plots.entropy_fits` draws for it."""
+    return generator if generator is not None else torch.Generator().manual_seed(0)
 
 
 def _law(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> dict:

@@ -6,7 +6,7 @@ from bebop import plots
 from bebop.app import state
 
 root, infos, chosen, message = state.selected()
-st.title("Samples")
+state.title("Samples", chosen)
 if not chosen:
     st.info(message or "Pick a run in the sidebar.", icon=":material/info:")
     st.stop()
