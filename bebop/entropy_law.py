@@ -54,10 +54,16 @@ class EntropyFit:
     within: EntropyFit | None = None
     excluded: int = 0
     sparse: int = 0
+    layout: bool = False  # the line rests on the layout of its points (separated clusters, one point that sets it)
 
     @property
     def flagged(self) -> bool:
         return bool(self.flags)
+
+    def supports(self, holds) -> bool:
+        """Whether `holds(fit)` is true of this fit and, where the line rests on the layout of its points, of the fit
+        a flag points to as well (None there: nothing supports it). A claim true only across clusters does not hold."""
+        return bool(holds(self)) and (not self.layout or (self.within is not None and bool(holds(self.within))))
 
     def line(self, unit: str = "per nat") -> str:
         """The slope with its interval, R² and points, e.g. "-1.19 [-1.28, -1.12] per nat, R² 0.86, 60 points"."""
@@ -200,11 +206,12 @@ def fit_entropy_law(entropy, acceptance, *, weights=None, n_bootstrap: int = 100
         x, y, w = x[~uniform], y[~uniform], w[~uniform]
     fit = _line(x, y, w, n_bootstrap, generator)
     caveats, within = _diagnose(fit, x, y, w, n_bootstrap, generator)
+    layout = bool(caveats)  # clusters or one point that sets the line (the sparse-bin count follows)
     sparse = int(((w > 0) & (w < SPARSE_SHARE * w.sum())).sum()) if bool((w != w[0]).any()) else 0
     if sparse:
         caveats.append(f"{sparse} nearly empty bin(s) (under {SPARSE_SHARE:.0%} of the weight each)")
     return EntropyFit(fit.slope, fit.intercept, fit.r2, fit.slope_ci, fit.n, fit.span, tuple(flags + caveats),
-                      within, excluded, sparse)
+                      within, excluded, sparse, layout)
 
 
 @dataclass(frozen=True)

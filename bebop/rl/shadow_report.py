@@ -25,7 +25,7 @@ import os
 import pandas as pd
 import torch
 
-from bebop.entropy_law import fit_entropy_law
+from bebop.entropy_law import EntropyFit, fit_entropy_law
 from bebop.metrics import binned_acceptance, pool
 
 KEYS = ["head", "rule", "strategy"]
@@ -80,6 +80,15 @@ def shadow_points(run, *, by: str = "step", value: str = "accept_length") -> pd.
     return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
+def shadow_fits(run, *, by: str = "step", value: str = "accept_length", n_bootstrap: int = 1000,
+                generator: torch.Generator | None = None) -> dict[tuple[str, str], EntropyFit | None]:
+    """{(head, rule): the law's `EntropyFit`} (None where the points cannot fix a line), fitted as `shadow_summary`
+    fits it (the same intervals): what `bebop.claims.Claims.law` decides a claim on."""
+    points = shadow_points(run, by=by, value=value)
+    return {(head, rule): _fit(part, n_bootstrap, _seeded(generator))
+            for (head, rule), part in points.groupby(["head", "rule"], sort=False)}
+
+
 def shadow_summary(run, *, by: str = "step", value: str = "accept_length", window: int = 10,
                    n_bootstrap: int = 1000, generator: torch.Generator | None = None) -> pd.DataFrame:
     """One row per (head, rule): strategy, points, slope, slope_lo, slope_hi, intercept, r2 (NaN where the points
@@ -116,15 +125,21 @@ def _law(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> dict:
     points to (within_*: NaN when none)."""
     empty = {"points": len(points), **dict.fromkeys(LAW, math.nan), "flags": "", "within_points": 0,
              **{f"within_{key}": math.nan for key in LAW}}
-    try:
-        fit = fit_entropy_law(points["entropy"].to_numpy(dtype=float), points["acceptance"].to_numpy(dtype=float),
-                              weights=points["weight"].to_numpy(dtype=float), n_bootstrap=n_bootstrap, generator=gen)
-    except ValueError:  # too few points, or no spread in entropy: no line
+    fit = _fit(points, n_bootstrap, gen)
+    if fit is None:
         return empty
     out = {**empty, **_columns(fit, ""), "points": fit.n, "flags": "; ".join(fit.flags)}
     if fit.within is not None:
         out.update(_columns(fit.within, "within_"), within_points=fit.within.n)
     return out
+
+
+def _fit(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> EntropyFit | None:
+    try:
+        return fit_entropy_law(points["entropy"].to_numpy(dtype=float), points["acceptance"].to_numpy(dtype=float),
+                               weights=points["weight"].to_numpy(dtype=float), n_bootstrap=n_bootstrap, generator=gen)
+    except ValueError:  # too few points, or no spread in entropy: no line
+        return None
 
 
 def _columns(fit, prefix: str) -> dict:
