@@ -7,9 +7,10 @@ law (eval-mtp, the dashboard, the notebooks, `bebop.claims`, `bebop.rl.shadow_su
 and its `reading()`. A fit is flagged where its line is set by the layout of the points rather than by a trend
 through them:
 
-    clusters      the entropies fall in separated clusters (a gap of at least CLUSTER_GAP of the range and
-                  CLUSTER_RATIO times the median gap between neighbours): the line is mostly the difference between
-                  the clusters; `within` is the fit inside the heaviest cluster
+    clusters      the entropies fall in separated clusters (a gap of at least CLUSTER_GAP of the range,
+                  CLUSTER_RATIO times the median gap between neighbours and wider than any gap inside the clusters
+                  it separates): the line is mostly the difference between the clusters; `within` is the fit inside
+                  the heaviest cluster
     influence     one point moves the slope by more than INFLUENCE of itself (a heavy bin at 0 nats, a lone far
                   step): `within` is the fit without it
     sparse        binned points holding under SPARSE_SHARE of the weight each: nearly empty bins, shown as such
@@ -130,9 +131,16 @@ def clusters(x: Tensor, w: Tensor) -> list[Tensor]:
     span = float(values[-1] - values[0])
     order = gaps.argsort(descending=True)
     typical = float(gaps[order[1:]].median())
-    cuts = sorted(float(values[i]) for i in order.tolist() if 1 <= i <= len(values) - 3
+    cuts = sorted(i for i in order.tolist() if 1 <= i <= len(values) - 3
                   and gaps[i] >= CLUSTER_GAP * span and gaps[i] >= CLUSTER_RATIO * typical)
-    edges = [-math.inf, *cuts, math.inf]  # a cut is a cluster's last entropy
+    while True:  # a cluster is tighter than the gap around it: a cut no wider than a gap inside its sides goes
+        bounds = [-1, *cuts, len(gaps)]
+        inside = [float(gaps[a + 1:b].max()) if b > a + 1 else 0.0 for a, b in zip(bounds[:-1], bounds[1:])]
+        loose = [cut for k, cut in enumerate(cuts) if gaps[cut] <= max(inside[k], inside[k + 1])]
+        if not loose:
+            break
+        cuts.remove(min(loose, key=lambda cut: float(gaps[cut])))
+    edges = [-math.inf, *(float(values[cut]) for cut in cuts), math.inf]  # a cut is a cluster's last entropy
     return [(w > 0) & (x > lo) & (x <= hi) for lo, hi in zip(edges[:-1], edges[1:])]
 
 

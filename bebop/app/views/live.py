@@ -85,6 +85,11 @@ def entropy_law() -> None:
         st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
         return
     st.caption(state.law_views_caption(runs, by))
+    scored = [name for name, run in runs.items() if len(run.streams.get("shadow", ()))]
+    if scored:  # the rollout's acceptance is at the depth the engine chose; the heads compare at one depth elsewhere
+        st.caption(f":material/stacked_line_chart: Here the acceptance is the rollout's, at the depth the engine chose "
+                   f"each step. {', '.join(f'`{n}`' for n in scored)} scored every head on the same rollouts at one "
+                   "depth: the Shadow heads page draws each one's law.")
     st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
     fits = plots.entropy_fits(points)
     left, right = st.columns([4, 1])
