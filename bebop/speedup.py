@@ -183,12 +183,14 @@ class Speedup:
         notes = []
         if self.end_to_end > self.rollout * 1.01:  # drafting only changes generation
             plain_u, spec_u = self.update_s
-            update = (f": the update ran {spec_u:.2f} s against the plain run's {plain_u:.2f} s ({self.update:.2f}x) "
-                      "on the same number of rows, which drafting does not touch"
-                      if math.isfinite(self.update) else "")
+            times = f"the update ran {spec_u:.2f} s against the plain run's {plain_u:.2f} s ({self.update:.2f}x)"
+            cause = ("" if not math.isfinite(self.update) else
+                     f": {times} on the same number of rows, which drafting does not touch" if self.update > 1.01 else
+                     f": not from the update ({times}), so from how the step's parts overlapped (async) or from "
+                     "timing noise")
             notes.append(f"end to end {self.end_to_end:.2f}x exceeds generation's {self.rollout:.2f}x, so "
                          f"{'all' if self.rollout <= 1 else 'part'} of the whole step's gain came from outside "
-                         f"generation{update}")
+                         f"generation{cause}")
         if abs(self.response_ratio - 1) > 0.03:  # a different length is a different amount of work
             notes.append(f"its answers were {abs(1 - self.response_ratio):.0%} "
                          f"{'shorter' if self.response_ratio < 1 else 'longer'} than the plain run's (median), so "
