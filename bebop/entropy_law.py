@@ -34,7 +34,7 @@ CLUSTER_GAP = 0.25  # share of the entropy range a gap must span to separate clu
 CLUSTER_RATIO = 4.0  # ... and how many median neighbour gaps (evenly spread points are never clusters)
 INFLUENCE = 0.5  # a point whose removal moves the slope by more than this share of it sets the line
 SPARSE_SHARE = 0.01  # a binned point with less than this share of the weight is nearly empty
-NEAR_UNIFORM = 0.5  # of ln V: above it the policy is near uniform and its acceptance says nothing of the law
+NEAR_UNIFORM = 0.7  # of ln V: above it the policy is near uniform and its acceptance says nothing of the law
 
 
 @dataclass(frozen=True)

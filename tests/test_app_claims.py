@@ -133,13 +133,14 @@ def test_shadow_heads_page_shows_every_head_its_flagged_law_and_the_rollout_as_d
     assert not at.exception, at.exception
     assert at.title[0].value == "Shadow heads"
     assert "at γ = 5" in _texts(at.caption) and "(mean γ 2.8)" in _texts(at.caption)  # scored vs drafted depth
-    law = at.dataframe[0].value.set_index(["head", "rule"])
     expected = shadow_summary(run).set_index(["head", "rule"])
-    assert len(law) == 3 and law.index.tolist() == expected.index.tolist()
-    row = law.loc[("rollout", "to")]
-    assert "2 separated clusters" in row["flags"] and "20 at 0.05-0.50 nats" in row["flags"]
+    lines = [line for line in _texts(at.markdown).split("\n") if " · " in line and "per nat" in line]
+    assert len(lines) == 3 and [line.split("**")[1] for line in lines] == [f"{h} · {r}" for h, r in expected.index]
+    line = next(line for line in lines if "**rollout · to**" in line)
     within = expected.loc[("rollout", "to")]
-    assert row["within"].startswith(f"{within['within_slope']:+.2f} [{within['within_slope_lo']:+.2f}, ")
+    assert f"{within['slope']:+.2f} [{within['slope_lo']:+.2f}, {within['slope_hi']:+.2f}] per nat" in line
+    assert "2 separated clusters (20 at 0.05-0.50 nats" in line
+    assert f"within the largest, {within['within_slope']:+.2f} [{within['within_slope_lo']:+.2f}, " in line
     assert abs(within["within_slope"] - -1.0) < 0.1 and within["slope"] < -1.2  # the gap steepens the line
     charts = _charts(at)
     legend = [t["name"] for t in charts[0]["data"] if t.get("mode") == "markers"]
@@ -147,8 +148,8 @@ def test_shadow_heads_page_shows_every_head_its_flagged_law_and_the_rollout_as_d
     assert any(t.get("line", {}).get("dash") == "dash" for t in charts[0]["data"])  # the within line, drawn
     assert AS_DRAFTED in [t["name"] for t in charts[1]["data"]]  # the rollout as drafted, labelled as such
     assert charts[2]["layout"]["title"]["text"].startswith("Start and end of the run")
-    drift = at.dataframe[1].value.set_index(["head", "rule"])
-    assert drift.loc[("ce", "rs"), "start"].startswith(f"{expected.loc[('ce', 'rs'), 'start']:.2f} [")
+    drift = at.table[0].value.set_index(["head", "rule"])
+    assert drift.loc[("ce", "rs"), "start [95%]"].startswith(f"{expected.loc[('ce', 'rs'), 'start']:.2f} [")
 
 
 def test_all_metrics_draws_the_shadow_stream_one_line_per_head_and_rule(tmp_path, monkeypatch):

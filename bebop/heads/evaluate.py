@@ -185,7 +185,7 @@ def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples,
         "coverage": share,  # p(S): what any draft over S could accept at most (1 without a draft vocabulary)
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
-        # ln V: the entropy of the uniform distribution, above half of which the fit leaves points out
+        # ln V: the entropy of the uniform distribution, near which (NEAR_UNIFORM of it) the fit leaves points out
         "max_entropy": math.log(model.lm_head.weight.shape[0]),
         "reward": sum(task.rewards(examples, [c.text for c in completions])) / len(examples),
     }

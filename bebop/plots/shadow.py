@@ -91,6 +91,17 @@ def law_rows(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def law_lines(rows: pd.DataFrame) -> list[str]:
+    """`law_rows` as one line of text per head · rule: its slope with its interval, R², points and, for a flagged
+    fit, the flags (the within fit's slope in them), as a page writes them out."""
+    lines = []
+    for r in rows.to_dict("records"):
+        r2 = "—" if not math.isfinite(r["r2"]) else f"{r['r2']:.2f}"
+        line = f"**{r['head']} · {r['rule']}** ({r['strategy']}): {r['slope']} per nat, R² {r2}, {r['points']} points"
+        lines.append(line + (f"; {r['flags']}" if r["flags"] else ""))
+    return lines
+
+
 def series_order(points: pd.DataFrame) -> list[tuple[str, str]]:
     """(head, rule) pairs in the order the stream wrote them: what `plots.series_colors` colours."""
     return list(dict.fromkeys(zip(points["head"], points["rule"]))) if len(points) else []
