@@ -6,6 +6,7 @@ field and the value (`bebop COMMAND` prints it as one line on stderr, exit statu
     check_number(self, "clip_eps", low=0, high=1, open_low=True, open_high=True)   # a real number in (0, 1)
     check_choice(self, "mode", MODES)                              # one of the names; "unknown mode 'x'; valid names: ..."
     check_flags(args, ("--steps", "--prompts"), low=1)             # a job's numeric flags, before any work
+    flag_of("prompts_per_step")                                    # "--prompts": a config field's flag
 
 A message names the field as `Owner.field` (the config's class) so a traceback-free line still says which config, and
 a flag as the user typed it.
@@ -17,6 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 PRECISIONS = ("auto", "fp32", "bf16")  # a config's compute dtype (autocast, rollouts): auto = bf16 where it is fast
+METHODS = ("rs", "to", "greedy")  # how drafts are verified (bebop.verify): names a config checks without torch
+OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")  # the draft heads' losses (bebop.losses)
+# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
+FIELD_FLAGS = {"init_head": "init", "prompts_per_step": "prompts", "group_size": "group", "method": "rollout",
+               "mode": "sync"}
 
 
 def _field(obj: Any, name: str) -> str:
@@ -58,6 +64,11 @@ def check_choice(obj: Any, name: str, options: Sequence, *, label: str | None = 
     value = getattr(obj, name)
     if value not in options:
         raise ValueError(f"unknown {label or name} {value!r}; valid names: {list(options)}")
+
+
+def flag_of(field: str) -> str:
+    """The flag that sets config field `field` on the command line (`--batch-size` for batch_size)."""
+    return "--" + FIELD_FLAGS.get(field, field).replace("_", "-")
 
 
 def check_flags(args: Any, flags: Sequence[str], *, low: int = 1) -> None:

@@ -6,7 +6,13 @@ import argparse
 import difflib
 import importlib
 import re
+import shlex
+import signal
 import sys
+import threading
+from pathlib import Path
+
+from bebop.checks import FIELD_FLAGS
 
 # A subcommand's module is imported only when that subcommand runs, so `bebop --help` stays instant.
 
@@ -41,9 +47,11 @@ BENCHMARKS = {
 }
 
 
-# Config fields whose flag has another name (the rest are spelled alike: batch_size is --batch-size).
-FIELD_FLAGS = {"gen_dtype": "dtype", "autocast": "dtype", "init_head": "init", "run_dir": "run_dir",
-               "prompts_per_step": "prompts", "group_size": "group"}
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line (not the usage first) with the way to the command's help."""
+
+    def error(self, message: str):
+        self.exit(2, f"bebop: error: {self.prog.removeprefix('bebop ')}: {message} (see {self.prog} --help)\n")
 
 
 def _add(subparsers, name: str, module: str, help_text: str) -> None:
@@ -60,17 +68,15 @@ def _flag(parser: argparse.ArgumentParser, field: str) -> str | None:
 
 
 def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
-    """A job's error as the command line's user reads it: config fields named by their flags ("RLConfig.steps",
-    and "lr" or "run_dir" where the message opens with the field, become "--steps", "--lr", "--run-dir"), and
-    "pass resume=True" becomes "pass --resume". Fields no flag sets keep their names."""
+    """A config's error as the command line's user reads it: config fields named by their flags ("RLConfig.steps",
+    and "lr" where the message opens with the field, become "--steps", "--lr"). Fields no flag sets keep their
+    names. (A run directory's refusal names its flag itself: `bebop.runlog.write.check_run_dir`.)"""
     message = re.sub(r"\b[A-Z]\w*Config\.(\w+)", lambda m: _flag(parser, m.group(1)) or m.group(0), message)
     head, sep, tail = message.partition(" must ")
-    if not sep:
-        head, sep, tail = message.partition(" is not empty")
     if sep:
         head = re.sub(r"(?<![-\w.])([a-z]\w*)\b", lambda m: _flag(parser, m.group(1)) or m.group(0), head)
         message = head + sep + tail
-    return message.replace("resume=True", _flag(parser, "resume") or "resume=True")
+    return message
 
 
 def _unknown_command(argv: list[str]) -> str | None:
@@ -88,7 +94,7 @@ def _unknown_command(argv: list[str]) -> str | None:
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bebop", description=__doc__)
+    parser = Parser(prog="bebop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     wanted = argv[0] if argv else None
     for name, (module, help_text) in COMMANDS.items():
@@ -106,19 +112,56 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def given_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the flags `argv` gives `parser` (parsed again with every default suppressed): what a job's
+    `--resume` holds against the run's record (`bebop.commands.flags.given`)."""
+    actions = [(action, action.default) for action in parser._actions]
+    defaults = dict(parser._defaults)
+    try:
+        for action, _ in actions:
+            action.default = argparse.SUPPRESS
+        parser._defaults.clear()
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in actions:
+            action.default = default
+        parser._defaults.update(defaults)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a job as Ctrl-C does: its run is closed "interrupted", resumable
+
+
+def resume_command(argv: list[str], args: argparse.Namespace) -> str | None:
+    """The command that continues an interrupted job: the same one with --resume (and the run directory it chose,
+    where it named its own); None for a job that cannot resume, or one stopped before its run was written."""
+    dests = {a.dest for a in args._parser._actions}
+    run_dir = getattr(args, "run_dir" if "run_dir" in dests else "out", None)
+    if "resume" not in dests or run_dir is None or not (Path(run_dir) / "meta.json").is_file():
+        return None
+    words = [*argv, *([] if "--resume" in argv else ["--resume"])]
+    if "run_dir" in dests and "--run-dir" not in argv:
+        words += ["--run-dir", str(run_dir)]
+    return shlex.join(["bebop", *words])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if (unknown := _unknown_command(argv)) is not None:
         print(unknown, file=sys.stderr)
         return 2
     args = build_parser(argv).parse_args(argv)
+    args._given = given_dests(args._parser, argv[2 if argv[0] == "bench" else 1:])
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args._run(args) or 0)
     # Bad input, found by the job's own checks before any heavy work: one line and exit 2, as argparse does.
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as err:
         print(f"bebop: error: {in_flags(str(err), args._parser)}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    except KeyboardInterrupt:
+        again = resume_command(argv, args)
+        print("\nbebop: interrupted" + (f"; the run is marked interrupted: continue it with\n  {again}" if again
+                                        else ""), file=sys.stderr)
+        return 130

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# torch is imported where it is used, so that a job's config checks a device name (`check_device_name`) before torch
+# loads: a misuse answers at once.
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # a dtype name -> torch's
 PACKING_SWITCH = "BEBOP_CPU_BF16_PACKING"
 
 
@@ -38,6 +42,8 @@ def _cpu_flags() -> frozenset[str]:
 def onednn_bf16_works() -> bool:
     """Whether oneDNN runs bf16 linears on this CPU: one tiny trial of the packing bebop.models.prepack uses. Its refusal
     ("bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq") is how oneDNN says so."""
+    import torch
+
     try:
         if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
                 and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
@@ -67,10 +73,14 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def default_device() -> torch.device:
+    import torch
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def default_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    import torch
+
     device = torch.device(device) if device is not None else default_device()
     if device.type == "cuda":  # fp16 would need loss scaling in every trainer: GPUs without bf16 run fp32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
@@ -79,13 +89,15 @@ def default_dtype(device: torch.device | str | None = None) -> torch.dtype:
 
 def resolve_dtype(name: str | torch.dtype | None, device: torch.device | str | None = None) -> torch.dtype:
     """"auto" / None -> default_dtype(device); "fp32" | "bf16" | "fp16" or a torch.dtype as given."""
+    import torch
+
     if isinstance(name, torch.dtype):
         return name
     if name in (None, "auto"):
         return default_dtype(device)
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {name!r}")
-    return DTYPES[name]
+    return getattr(torch, DTYPES[name])
 
 
 def check_device_name(name: str) -> str:
@@ -100,6 +112,8 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
     """The device a job runs on. "auto" / None: CUDA when present (under torchrun, this rank's LOCAL_RANK GPU),
     else the CPU. "cuda" likewise picks LOCAL_RANK's GPU. A CUDA device this machine lacks is one ValueError line,
     raised before anything loads."""
+    import torch
+
     if isinstance(name, torch.device):
         name = str(name)
     name = check_device_name("auto" if name is None else name)
@@ -116,12 +130,16 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
 
 def autocast(device: torch.device | str, dtype: torch.dtype):
     """Mixed precision on `device`'s type: float32 master weights, matmuls in `dtype` (off when it is float32)."""
+    import torch
+
     device_type = torch.device(device).type
     return torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A host tensor on `device`; to CUDA through pinned memory, so the copy does not stall the host."""
+    import torch
+
     if torch.device(device).type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)

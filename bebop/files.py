@@ -20,6 +20,11 @@ from typing import IO, Any
 CHECKPOINT = "checkpoint.pt"  # a job's checkpoint inside its run directory
 
 
+def cache_root() -> Path:
+    """Where converted models and corpora live: $BEBOP_CACHE, else ~/.cache/bebop."""
+    return Path(os.environ.get("BEBOP_CACHE") or Path.home() / ".cache" / "bebop").expanduser()
+
+
 @contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     """Write to a temp file beside `path`; on success fsync it and os.replace it onto `path`.

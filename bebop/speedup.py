@@ -79,7 +79,7 @@ def workload(meta: Mapping) -> dict:
         "mode": meta.get("mode", config.get("mode")),
         "max_new_tokens": config.get("max_new_tokens"),
         "temperature": config.get("temperature"),
-        "dtype": config.get("gen_dtype"),
+        "dtype": config.get("dtype", config.get("gen_dtype")),  # gen_dtype: its name before
         "device": meta.get("device"),
         "backend": config.get("backend"),
         "world_size": meta.get("world_size"),

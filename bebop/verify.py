@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bebop.checks import METHODS
 from bebop.sampling import describe, sample
 
-METHODS = ("rs", "to", "greedy")
 SUM_TOLERANCE = 1e-3  # max |Σ_v p(v) - 1| accepted by validation
 _INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 

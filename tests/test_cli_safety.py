@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def no_work(monkeypatch):
     import bebop.commands.eval_mtp as eval_mtp
-    import bebop.commands.pretrain as pretrain
-    import bebop.commands.train_mtp as train_mtp
+    import bebop.heads.train
     import bebop.policy
+    import bebop.pretrain
 
-    monkeypatch.setattr(train_mtp, "load_frozen_policy", no_load)
-    monkeypatch.setattr(pretrain, "pretrain", no_load)
+    monkeypatch.setattr(bebop.heads.train, "load_frozen_policy", no_load)
+    monkeypatch.setattr(bebop.pretrain, "pretrain", no_load)
     monkeypatch.setattr(eval_mtp, "load_policy_heads", no_load)
     monkeypatch.setattr(bebop.policy, "load_policy_heads", no_load)
 
@@ -164,9 +164,9 @@ def test_internal_names_become_flags():
     parser.add_argument("--run-dir")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--dtype")
-    message = "run_dir R1 is not empty; pass resume=True to continue that run"
-    assert cli.in_flags(message, parser) == "--run-dir R1 is not empty; pass --resume to continue that run"
-    assert cli.in_flags("RLConfig.gen_dtype must be 'auto', got 'x'", parser) == "--dtype must be 'auto', got 'x'"
+    parser.add_argument("--rollout")
+    assert cli.in_flags("RLConfig.dtype must be 'auto', got 'x'", parser) == "--dtype must be 'auto', got 'x'"
+    assert cli.in_flags("RLConfig.method must be 'rs'", parser) == "--rollout must be 'rs'"
     assert cli.in_flags("RLConfig.group_size must be >= 2", parser) == "RLConfig.group_size must be >= 2"  # no flag
 
 

@@ -154,10 +154,9 @@ def test_cli_entropy_flags_reach_the_config_and_misuse_is_one_line():
 
 
 def test_a_run_saved_before_the_knobs_resumes_with_them_off():
-    from bebop.rl.build import check_resumable
+    from bebop.runlog.session import config_changes
 
     config = RLConfig.tiny()
     saved = {k: v for k, v in config.to_dict().items() if not k.startswith("entropy_") and k != "shadow_heads"}
-    check_resumable(saved, config)  # the fields it predates read as their defaults
-    with pytest.raises(ValueError, match="different config"):
-        check_resumable(saved, config.replace(entropy_coef=0.1))
+    assert config_changes(saved, config, RLConfig.RESUMABLE) == ({}, {})  # fields it predates read as their defaults
+    assert config_changes(saved, config.replace(entropy_coef=0.1), RLConfig.RESUMABLE)[1] == {"entropy_coef": (0.0, 0.1)}

@@ -159,3 +159,19 @@ def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     a = node.args
     names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
     return len(names) - (names[:1] in (["self"], ["cls"])) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+# A run is opened one way (`bebop.runlog.session`: the directory's rule, threads, device and dtype, the checkpoint read
+# and diffed, the writer and its rewind): only the rooms of run directories build a writer, and only a fake run (the
+# preview's synthetic runs, written as a real run's writer would write them) builds its own.
+WRITERS = {"bebop/rl/synthetic.py"}
+
+
+def test_runs_are_opened_one_way():
+    built = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.parent.name != "runlog" and str(path.relative_to(PACKAGE.parent)) not in WRITERS
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+             in ("RunWriter", "NullWriter")]
+    assert not built, "run writers built outside bebop/runlog (open the run with bebop.runlog.session):\n" + \
+        "\n".join(built)

@@ -87,7 +87,7 @@ def test_lr_schedule_warmup_then_cosine_to_min():
 
 
 @pytest.mark.parametrize("field, value", [("tasks", ("math", "poetry")), ("error_rate", 1.5), ("steps", 0),
-                                          ("autocast", "fp8"), ("warmup", 10_000)])
+                                          ("dtype", "fp8"), ("warmup", 10_000)])
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field.split("_")[0] if field != "tasks" else "poetry"):
         dataclasses.replace(PretrainConfig.tiny(), **{field: value})
@@ -95,9 +95,9 @@ def test_config_rejects_bad_values(field, value):
 
 def test_tiny_pretrain_is_reproducible_and_writes_run_and_checkpoint(tmp_path):
     config = dataclasses.replace(PretrainConfig.tiny(), steps=6, eval_every=3, lr=3e-3)
-    a = pretrain(config, tmp_path / "run_a", tmp_path / "ckpt", progress=False)
-    b = pretrain(config, tmp_path / "run_b", None, progress=False)
-    other = pretrain(dataclasses.replace(config, seed=5), tmp_path / "run_c", None, progress=False)
+    a = pretrain(config, tmp_path / "run_a", tmp_path / "ckpt")
+    b = pretrain(config, tmp_path / "run_b", None)
+    other = pretrain(dataclasses.replace(config, seed=5), tmp_path / "run_c", None)
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(pa, pb), name
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.state_dict().values(), other.state_dict().values()))
@@ -139,12 +139,12 @@ def test_model_vocab_must_match_tokenizer(tmp_path):
                                  intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                  num_key_value_heads=1, head_dim=16))
     with pytest.raises(ValueError, match="vocab"):
-        pretrain(config, tmp_path / "run", None, progress=False)
+        pretrain(config, tmp_path / "run", None)
 
 
 def test_init_continues_from_a_checkpoint(tmp_path, tokenizer):
     config = PretrainConfig.tiny()
-    first = pretrain(config, tmp_path / "a", tmp_path / "ckpt", progress=False)
+    first = pretrain(config, tmp_path / "a", tmp_path / "ckpt")
     model = initial_model(dataclasses.replace(config, init=str(tmp_path / "ckpt")), tokenizer)
     assert model.training and model.model.embed_tokens.weight.dtype == torch.float32
     assert torch.equal(model.model.embed_tokens.weight, first.model.embed_tokens.weight.to(torch.bfloat16).float())

@@ -425,15 +425,15 @@ def test_config_rejects_bad_names(field, value, match):
 def test_the_rollout_method_keeps_its_earlier_name():
     """RLConfig.method was RLConfig.rollout: the presets, replace() and a saved config (config.json, a checkpoint's)
     still read the earlier name, and a run saved under it resumes."""
-    from bebop.rl.build import check_resumable
+    from bebop.runlog.session import config_changes
 
     config = RLConfig.tiny(rollout="to")
     assert config.method == "to" and config.replace(rollout="none").method == "none"
     saved = {("rollout" if k == "method" else k): v for k, v in config.to_dict().items()}
     assert "rollout" in saved and RLConfig.from_dict(saved) == config
-    check_resumable(saved, config.replace(steps=9))  # steps may change on resume; the renamed key is no change
-    with pytest.raises(ValueError, match="different config"):
-        check_resumable(saved, config.replace(method="rs"))
+    # steps may change on resume; the renamed key is no change
+    assert config_changes(saved, config.replace(steps=9), RLConfig.RESUMABLE) == ({"steps": (3, 9)}, {})
+    assert config_changes(saved, config.replace(method="rs"), RLConfig.RESUMABLE) == ({}, {"method": ("to", "rs")})
 
 
 def test_cli_rejects_bad_names_before_loading_a_model(tmp_path):
@@ -595,33 +595,51 @@ def policy_parameters(path) -> int:
     return load_default(path=path).model.num_parameters()
 
 
-def test_cli_gen_dtype_reaches_the_config():
+def test_cli_dtype_reaches_the_config():
     import argparse
 
     from bebop.commands.rl import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert config_from_args(parser.parse_args(["--out", "x", "--gen-dtype", "bf16"])).gen_dtype == "bf16"
-    assert config_from_args(parser.parse_args(["--out", "x"])).gen_dtype == RLConfig.preset("quick").gen_dtype
+    assert config_from_args(parser.parse_args(["--out", "x", "--dtype", "bf16"])).dtype == "bf16"
+    assert config_from_args(parser.parse_args(["--out", "x", "--gen-dtype", "bf16"])).dtype == "bf16"  # its old name
+    assert config_from_args(parser.parse_args(["--out", "x"])).dtype == RLConfig.preset("quick").dtype
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x", "--gen-dtype", "fp8"])
+    with pytest.warns(DeprecationWarning, match="RLConfig.gen_dtype is now RLConfig.dtype"):
+        assert RLConfig.tiny(gen_dtype="bf16").dtype == "bf16"
 
 
-def test_a_resume_without_gamma_keeps_the_runs_own(tmp_path):
-    """`auto` is the default of a new run; a run started at γ 3 (before that default) resumes at γ 3 when --gamma is
-    left out, and --gamma given on the resume still wins (and is checked against the checkpoint as before)."""
+def test_a_resume_keeps_what_the_run_recorded(tmp_path):
+    """`auto` is the default of a new run; a resumed run keeps every setting it recorded where its flag is left out
+    (γ 3 from before that default, its steps), applies a flag a resume may change and says so in one line, and
+    refuses one it may not, naming the flag."""
     import argparse
 
     from bebop.commands import rl as cli
+    from bebop.cli import given_dests
 
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "meta.json").write_text(json.dumps({"config": {"gamma": 3}}))
-    gamma = lambda *argv: cli.config_from_args(parser.parse_args(["--out", str(run), *argv])).gamma  # noqa: E731
-    assert gamma("--resume") == 3
-    assert gamma("--resume", "--gamma", "2") == 2
-    assert gamma() == "auto"  # a new run (the check that --out is new comes later, in run)
-    assert cli.config_from_args(parser.parse_args(["--out", str(tmp_path / "new"), "--resume"])).gamma == "auto"
+    (run / "meta.json").write_text(json.dumps({"config": {"gamma": 3, "steps": 20, "prompts_per_step": 2}}))
+
+    def config(*argv):
+        parser = argparse.ArgumentParser()
+        cli.add_arguments(parser)
+        args = parser.parse_args(["--out", str(run), *argv])
+        args._given = given_dests(parser, ["--out", str(run), *argv])  # as bebop.cli records them
+        return cli.config_and_note(args)
+
+    resumed, note = config("--resume")
+    assert (resumed.gamma, resumed.steps, resumed.prompts_per_step, note) == (3, 20, 2, None)
+    longer, note = config("--resume", "--steps", "30", "--threads", "1")
+    assert (longer.steps, longer.threads) == (30, 1)
+    assert note == f"resuming --out {run} with --steps 30 (recorded: 20), --threads 1 (recorded: None)"
+    with pytest.raises(ValueError, match=r"cannot resume --out .* with --gamma 2: it was recorded with --gamma 3"):
+        config("--resume", "--gamma", "2")
+    with pytest.raises(ValueError, match=r"with --preset full \(--prompts\) 16.*--prompts 2"):
+        config("--resume", "--preset", "full")
+    assert config()[0].gamma == "auto"  # a new run (the check that --out is new comes later, in run)
+    (run / "meta.json").unlink()
+    assert config("--resume")[0].gamma == "auto"  # nothing recorded: the flags as for a new run

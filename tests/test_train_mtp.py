@@ -18,7 +18,7 @@ from bebop.heads.config import TrainMTPConfig
 from bebop.heads.corpus import CorpusSource
 from bebop.heads.corpus import DATA_SEED, load_corpus
 from bebop.heads.data import anchor_mask
-from bebop.heads.train import load_frozen_policy, train_mtp
+from bebop.heads.train import load_frozen_policy, open_run, train_mtp
 from bebop.losses import OBJECTIVES
 from bebop.models.checkpoint import load_head, save_head, save_pretrained
 from bebop.models.config import ModelConfig
@@ -47,7 +47,7 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = TrainMTPConfig.tiny(objective)
     head = train_mtp(model, tokenizer, config, tmp_path / "run", data=CorpusSource(tmp_path / "data"),
-                     out=tmp_path / "head", progress=False)
+                     out=tmp_path / "head")
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "the backbone must stay bit-identical"
     torch.manual_seed(config.seed)
@@ -72,9 +72,9 @@ def test_only_the_head_changes_and_metrics_are_logged(policy, tmp_path, objectiv
 def test_seeded_training_is_reproducible(policy, tmp_path):
     model, tokenizer = policy
     config = TrainMTPConfig.tiny("tv")
-    a = train_mtp(model, tokenizer, config, tmp_path / "a", data=CorpusSource(tmp_path / "d"), progress=False)
-    b = train_mtp(model, tokenizer, config, tmp_path / "b", data=CorpusSource(tmp_path / "d"), progress=False)
-    c = train_mtp(model, tokenizer, dataclasses.replace(config, seed=1), tmp_path / "c", progress=False)
+    a = train_mtp(model, tokenizer, config, tmp_path / "a", data=CorpusSource(tmp_path / "d"))
+    b = train_mtp(model, tokenizer, config, tmp_path / "b", data=CorpusSource(tmp_path / "d"))
+    c = train_mtp(model, tokenizer, dataclasses.replace(config, seed=1), tmp_path / "c")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
@@ -92,16 +92,15 @@ def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, t
     config = dataclasses.replace(TrainMTPConfig.tiny(), draft_vocab=24)
     shared: dict = {}
     heads = {objective: train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective),
-                                  tmp_path / objective, data=CorpusSource(tmp_path / "d", shared), progress=False)
+                                  tmp_path / objective, data=CorpusSource(tmp_path / "d", shared))
              for objective in ("ce", "tv", "e2e_tv")}
     assert made == ["ce"] and len(shared) == 1
     for objective, head in heads.items():
         alone = train_mtp(model, tokenizer, dataclasses.replace(config, objective=objective), tmp_path / f"{objective}-1",
-                          data=CorpusSource(tmp_path / "d"), progress=False)
+                          data=CorpusSource(tmp_path / "d"))
         assert all(torch.equal(x, y) for x, y in zip(head.state_dict().values(), alone.state_dict().values()))
         assert torch.equal(head.draft_ids, alone.draft_ids)
-    train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data=CorpusSource(tmp_path / "d", shared),
-              progress=False)
+    train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data=CorpusSource(tmp_path / "d", shared))
     assert made[-1] == "e2e_tv" and len(made) == 5 and len(shared) == 2  # shared, three alone, another batch size
 
 
@@ -147,7 +146,7 @@ def test_anchor_mask_keeps_chains_inside_policy_text():
 
 @pytest.mark.parametrize("changes, match", [({"objective": "mse"}, "mse"), ({"tasks": ("math", "go")}, "go"),
                                             ({"depth": 0}, "depth"), ({"temperature": 0.0}, "temperature"),
-                                            ({"grad_clip": 0.0}, "grad_clip"), ({"autocast": "fp8"}, "autocast")])
+                                            ({"grad_clip": 0.0}, "grad_clip"), ({"dtype": "fp8"}, "dtype")])
 def test_config_rejects_bad_values(changes, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TrainMTPConfig.tiny(), **changes)
@@ -202,7 +201,7 @@ def test_command_flags_reach_the_config():
     train_mtp_cmd.add_arguments(parser)
     config = train_mtp_cmd.config_from_args(parser.parse_args(
         ["--grad-clip", "0.5", "--autocast", "fp32", "--warmup-frac", "0.1", "--eval-every", "7", "--init", "h"]))
-    assert (config.grad_clip, config.autocast, config.warmup_frac, config.eval_every, config.init_head) == (
+    assert (config.grad_clip, config.dtype, config.warmup_frac, config.eval_every, config.init_head) == (
         0.5, "fp32", 0.1, 7, "h")
     with pytest.raises(ValueError, match="grad_clip"):
         train_mtp_cmd.config_from_args(parser.parse_args(["--grad-clip", "0"]))
@@ -214,23 +213,22 @@ def test_a_head_over_a_draft_vocabulary_trains_saves_and_resumes_it(policy, tmp_
     the same S; an adaptation keeps its init's S and refuses another size."""
     model, tokenizer = policy
     config = dataclasses.replace(TrainMTPConfig.tiny("e2e_tv"), draft_vocab=24, checkpoint_every=2)
-    head = train_mtp(model, tokenizer, config, tmp_path / "run", data=CorpusSource(tmp_path / "d"), out=tmp_path / "h",
-                     progress=False)
+    head = train_mtp(model, tokenizer, config, tmp_path / "run", data=CorpusSource(tmp_path / "d"), out=tmp_path / "h")
     assert head.draft_size == 24 and tokenizer.eos_id in head.draft_ids.tolist()
     evals = read_stream(tmp_path / "run" / "eval.jsonl")
     assert all(0 < r["mtp/eval/coverage"] <= 1 and 1 - r["mtp/eval/d_tv_pos/0"] <= r["mtp/eval/coverage"] + 1e-6
                for r in evals)
     assert torch.equal(load_head(tmp_path / "h", model.config).draft_ids, head.draft_ids)
     longer = dataclasses.replace(config, steps=config.steps + 2)
-    resumed = train_mtp(model, tokenizer, longer, tmp_path / "run", data=CorpusSource(tmp_path / "d"), progress=False,
-                        resume=True)
+    resumed = train_mtp(model, tokenizer, longer, open_run(tmp_path / "run", longer, resume=True),
+                        data=CorpusSource(tmp_path / "d"))
     assert torch.equal(resumed.draft_ids, head.draft_ids)
     adapted = train_mtp(model, tokenizer, dataclasses.replace(TrainMTPConfig.tiny("ce"), init_head=str(tmp_path / "h")),
-                        tmp_path / "ce", data=CorpusSource(tmp_path / "d"), progress=False)
+                        tmp_path / "ce", data=CorpusSource(tmp_path / "d"))
     assert torch.equal(adapted.draft_ids, head.draft_ids)
     with pytest.raises(ValueError, match="drafts over 24 ids, not --draft-vocab 30"):
         train_mtp(model, tokenizer, dataclasses.replace(config, init_head=str(tmp_path / "h"), draft_vocab=30),
-                  tmp_path / "x", data=CorpusSource(tmp_path / "d"), progress=False)
+                  tmp_path / "x", data=CorpusSource(tmp_path / "d"))
 
 
 def test_learning_rate_schedules():

@@ -42,7 +42,8 @@ TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "
           "head": "head", "warnings": "warnings", "flags": "what the points cannot support", "within": "within slope",
           "relative_change": "relative change", "strategy": "strategy", "points": "points", "start": "start",
           "end": "end"}
-STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "stale": "orange", "corrupt": "gray"}
+STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "interrupted": "violet", "stale": "orange",
+                "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 _COLORS = "_bebop_colors"  # session key: {run label: colour}
 _HEALTH = "_bebop_health"  # session key: {(run label, train rows): the train stream, draft health replayed}

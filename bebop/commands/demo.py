@@ -62,7 +62,7 @@ def demo_config(args: argparse.Namespace, prompts: int) -> RLConfig:
     return RLConfig.quick(task=args.task, steps=args.steps, prompts_per_step=prompts, group_size=args.group,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, mtp="frozen", checkpoint_every=0,
                           gamma=args.gamma,
-                          samples_per_step=4, device=args.device, gen_dtype=args.dtype, **overrides)
+                          samples_per_step=4, device=args.device, dtype=args.dtype, **overrides)
 
 
 def regime(plain_records: list[dict], spec_records: list[dict], rows: int) -> dict:
@@ -175,18 +175,19 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.small_prompts < 0 or args.prompts < 1:  # before torch loads: a misuse answers at once
+        raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     from bebop.commands.device_args import device_and_dtype
     from bebop.policy import head_label, load_policy_heads
     from bebop.rl.compare import run_once
+    from bebop.runlog.session import default_run_dir
 
-    if args.small_prompts < 0 or args.prompts < 1:
-        raise ValueError(f"--prompts must be >= 1 and --small-prompts >= 0, got {args.prompts}, {args.small_prompts}")
     started = time.perf_counter()
     configs = [demo_config(args, p) for p in dict.fromkeys([args.prompts, args.small_prompts]) if p > 0]
     device, dtype = device_and_dtype(args)  # --device cuda without CUDA fails here, before the policy loads
     policy = load_policy_heads(args.policy, [args.head], dtype=dtype, device=device)
     label = head_label(args.head)
-    root = args.out / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    root = default_run_dir("demo", root=args.out)
     regimes, dirs = [], []
     for config in configs:
         records = []

@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-import torch
+from bebop.device import check_device_name
 
-from bebop.device import check_device_name, resolve_device, resolve_dtype
+if TYPE_CHECKING:
+    import torch
 
 DTYPE_NAMES = ("auto", "bf16", "fp32")
 
@@ -39,5 +41,7 @@ def _device_name(value: str) -> str:
 
 def device_and_dtype(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
     """(device, dtype) of `args.device` / `args.dtype`; ValueError when the device is not on this machine."""
+    from bebop.device import resolve_device, resolve_dtype  # torch: once the flags are checked
+
     device = resolve_device(args.device)
     return device, resolve_dtype(args.dtype, device)

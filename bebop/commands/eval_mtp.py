@@ -18,12 +18,9 @@ policy (POLICY/heads/NAME: the default ships "ce", "tv", "e2e_tv"), the head sto
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import time
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -33,7 +30,6 @@ from bebop.commands.outputs import check_new_run_dirs
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.tasks import dataset_config
 from bebop.data.tasks import get as get_task
-from bebop.device import resolve_device, resolve_dtype
 from bebop.heads.evaluate import (
     EvalMTPConfig,
     eval_setup,
@@ -44,8 +40,8 @@ from bebop.heads.evaluate import (
     write_tables,
 )
 from bebop.metrics import rate_difference_interval, rate_interval
-from bebop.policy import HEAD_HELP, POLICY_HELP, load_policy_heads, run_meta
-from bebop.runlog import RunWriter
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_head, load_policy_heads, run_meta
+from bebop.runlog.session import default_run_dir, open_session
 
 
 def acceptance_cell(row: dict) -> str:
@@ -190,21 +186,20 @@ def run(args: argparse.Namespace) -> int:
                            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            dtype=args.dtype, threads=args.threads, device=args.device, teacher_forced=not args.no_dtv, **prompt_fields(args))
     check_new_run_dirs([args.run_dir], "--run-dir")
-    device = resolve_device(config.device)  # --device cuda without CUDA fails here, before the policy loads
+    for head in config.heads:  # names the policy cannot have: refused before it loads
+        check_head(args.policy, head)
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
-    torch.set_num_threads(config.threads)
-    dtype = resolve_dtype(config.dtype, device)
-    policy = load_policy_heads(args.policy, config.heads, dtype=dtype, device=device)
+    # threads, device (--device cuda without CUDA fails here, before the policy loads) and dtype
+    session = open_session(args.run_dir or default_run_dir("eval-mtp"), config, kind="eval-mtp")
+    policy = load_policy_heads(args.policy, config.heads, dtype=session.dtype, device=session.device)
     model, tokenizer = policy.model, policy.tokenizer
-    run_dir = args.run_dir or Path("runs") / f"eval-mtp-{time.strftime('%Y%m%d-%H%M%S')}"
-    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or policy.path)}, kind="eval-mtp",
-                   meta_extra={**eval_setup(config, policy.heads),
-                               **run_meta(model, policy.heads.values(), dtype=dtype)}) as writer:
-        rows = sweep(model, tokenizer, policy.heads, config, writer, tasks=tasks)
+    with session.begin({**eval_setup(config, policy.heads), **run_meta(model, policy.heads.values(),
+                                                                        dtype=session.dtype)}):
+        rows = sweep(model, tokenizer, policy.heads, config, session.writer, tasks=tasks)
         fits = fit_slopes(rows)
-        write_tables(run_dir, rows, fits)
+        write_tables(session.run_dir, rows, fits)
     print_tables(rows, fits)
-    print(f"run directory: {run_dir}")
+    print(f"run directory: {session.run_dir}")
     return 0
 

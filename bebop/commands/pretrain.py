@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
-from bebop.commands.outputs import check_new_run_dirs, check_out
-from bebop.device import resolve_device
-from bebop.pretrain import PretrainConfig, pretrain
+from bebop.commands.outputs import check_out, check_run_dir
+from bebop.pretrain import PretrainConfig
 
 
 # Flags that set a PretrainConfig field of the same name: given, they override the preset (default or --tiny).
@@ -36,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint directory (HF layout + tokenizer); must hold nothing unless --force")
     parser.add_argument("--force", action="store_true",
                         help="replace the checkpoint already in --out (default: refuse)")
-    parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/pretrain-<time>)")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="run directory, a new one: pretraining keeps no checkpoint and cannot be resumed "
+                             "(--init continues from a saved policy) (default: runs/pretrain-<time>)")
     parser.add_argument("--tasks", nargs="+", default=list(PretrainConfig.tasks),
                         help="task families to train on (default: %(default)s)")
     for field, what in FIELDS.items():
@@ -54,17 +54,18 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
     if "lr" in given:
         given["min_lr"] = min(base.min_lr, given["lr"])
-    return dataclasses.replace(base, **given, tasks=tuple(args.tasks), autocast=args.dtype, device=args.device,
+    return dataclasses.replace(base, **given, tasks=tuple(args.tasks), dtype=args.dtype, device=args.device,
                                init=None if args.init is None else str(args.init))
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     check_out(args.out, "--out", force=args.force, holds="a checkpoint")
-    check_new_run_dirs([args.run_dir], "--run-dir")
-    resolve_device(config.device)  # --device cuda without CUDA fails here, before any work
-    run_dir = args.run_dir or Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
-    pretrain(config, run_dir, args.out)
+    check_run_dir(args.run_dir, resume=False, resumable=False)
+    from bebop import pretrain as library  # torch: once the flags are checked
+    from bebop.runlog.session import default_run_dir, open_session
+
+    run_dir = args.run_dir or default_run_dir("pretrain")
+    library.pretrain(config, open_session(run_dir, config, kind="pretrain"), args.out)  # --device cuda w/o CUDA: here
     print(f"run directory: {run_dir}" + (f"\ncheckpoint: {args.out}" if args.out else ""))
     return 0
-

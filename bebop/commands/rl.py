@@ -2,7 +2,7 @@
 
     bebop rl --preset quick --task math --rollout rs --mtp frozen --out runs/rl-math-rs
     bebop rl --preset quick --task agent --rollout none --sync --out runs/rl-agent-plain
-    bebop rl --out runs/rl-math-rs --resume          # continue a killed run (same flags)
+    bebop rl --out runs/rl-math-rs --resume          # continue a stopped run as it was recorded
     bebop rl --backend vllm --rollout none --out runs/rl-math-vllm   # rollouts in an in-process vLLM (bebop[vllm])
     bebop rl --entropy-target 0.6 --out runs/rl-entropy               # TRL's adaptive entropy bonus toward 0.6 nats
     bebop rl --shadow-heads ce online-tv:e2e_tv --out runs/rl-heads   # other heads scored on the same rollouts
@@ -18,22 +18,23 @@ specs as `--head` does, each optionally `LABEL=` and `online-tv:` / `online-ce:`
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.flags import FIELD_FLAGS, flag_of, given, recorded_config, resumed
 from bebop.commands.gamma_arg import gamma_arg
 from bebop.commands.outputs import check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.default import shipped_heads
-from bebop.device import resolve_device
-from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy, load_policy_heads
-from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESETS, ROLLOUTS, TASKS, RLConfig
+from bebop.policy import HEAD_HELP, POLICY_HELP, check_head, check_policy, load_policy, load_policy_heads
+from bebop.rl.config import BACKENDS, MTP_STRATEGIES, PRESET_VALUES, PRESETS, ROLLOUTS, TASKS, RLConfig
 from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
 from bebop.rl.shadow_spec import parse_shadow_specs
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
+from bebop.runlog.write import finished_step
 
 
 def _preset_default(field: str) -> str:
@@ -57,8 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(needs bebop[vllm]; to/rs draft with the head in vLLM through bebop's vLLM plugin) "
                              "(default: %(default)s)")
     parser.add_argument("--sync", action="store_true", help="no overlap of generation and update (default: async)")
-    parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add_run_arguments(parser)
     parser.add_argument("--policy", default=None, help=f"{POLICY_HELP} (default: the embedded default)")
     parser.add_argument("--head", default="e2e_tv",
                         help=f"MTP head: {HEAD_HELP}; the embedded default has {shipped_heads()} "
@@ -93,13 +93,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="heads scored on every step's rollouts beside the run's own (labelled 'rollout'), both "
                              "rules, into the shadow stream: [LABEL=][online-tv:|online-ce:]HEAD, HEAD as --head takes "
                              "it; an online one is a copy trained on the same rollouts (docs/runs.md) (default: none)")
-    parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
     add_device_args(parser, dtype_help="the rollout snapshot's dtype and the update's autocast dtype (float32 master "
                                        "weights); bf16 runs on every CPU, slowly where it is emulated",
                     dtype_aliases=("--gen-dtype",), dtype_default=None)
     add_prompt_args(parser)
     add_mirror_arguments(parser)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run's own flags: where it is written, whether it continues one, what it is called, what it prints."""
+    parser.add_argument("--out", type=Path, required=True, help="run directory (created; must be new unless --resume)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint, with the settings it recorded; a "
+                             "flag given beside it may change only --steps, --threads, --checkpoint-every, "
+                             "--micro-batch-tokens and --device (default: a new run)")
+    parser.add_argument("--name", default=None, help="run name shown by the dashboard (default: the directory name)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on stderr)")
 
 
 def add_entropy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,77 +128,92 @@ def add_entropy_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Flags that set the RLConfig field of another name.
 SIZE_FLAGS = {"prompts": "prompts_per_step", "group": "group_size"}
+NUMBERS = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every",
+           "max_new_tokens", "prompts", "group",
+           "entropy_coef", "entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta")
 
 
 def config_from_args(args: argparse.Namespace) -> RLConfig:
-    names = ("steps", "seed", "lr", "gamma", "max_gamma", "threads", "micro_batch_tokens", "checkpoint_every",
-             "max_new_tokens", "prompts", "group",
-             "entropy_coef", "entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta")
-    adaptive_only = [f"--{k.replace('_', '-')}" for k in names[-3:] if getattr(args, k) is not None]
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[RLConfig, str | None]:
+    """The run's config, checked (no torch), and with `--resume` the line that says what the flags changed: a new
+    run is the preset with the flags over it; a resumed one is its recorded config, a flag given where the resume
+    may change it (`bebop.commands.flags.resumed`)."""
+    adaptive_only = [f"--{k.replace('_', '-')}" for k in NUMBERS[-3:] if getattr(args, k) is not None]
     if adaptive_only and args.entropy_target is None:
         raise ValueError(f"{', '.join(adaptive_only)} bound or step the adaptive entropy coefficient: pass "
                          "--entropy-target too")
-    overrides = {SIZE_FLAGS.get(k, k): getattr(args, k) for k in names if getattr(args, k) is not None}
-    if args.gamma is None and args.backend != "vllm":  # vLLM fixes the depth at start: there the field's default
-        overrides["gamma"] = _resumed_gamma(args) or "auto"
+    fields = _flag_fields(args)
+    recorded = recorded_config(args.out) if args.resume else None
+    if recorded is None:
+        if args.gamma is None and args.backend != "vllm":  # vLLM fixes the depth at start: there the field's default
+            fields["gamma"] = "auto"
+        return RLConfig.preset(args.preset, **fields), None
+    run, typed = RLConfig.from_dict(recorded), given(args)
+    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
+    preset = PRESET_VALUES.get(args.preset, {}) if "preset" in typed else {}
+    changes, note = resumed(run, {**preset, **wanted}, RLConfig.RESUMABLE, f"--out {args.out}",
+                            lambda k: flag_of(k) if k in wanted else f"--preset {args.preset} ({flag_of(k)})")
+    return run.replace(**changes), note
+
+
+def _flag_fields(args: argparse.Namespace) -> dict:
+    """RLConfig field -> value of each flag that sets one (numbers left out are the preset's)."""
+    fields = {SIZE_FLAGS.get(k, k): getattr(args, k) for k in NUMBERS if getattr(args, k) is not None}
+    fields.update(task=args.task, method=args.rollout, mtp=args.mtp, mode="sync" if args.sync else "async",
+                  device=args.device, backend=args.backend, **prompt_fields(args))
     if args.shadow_heads:
-        overrides["shadow_heads"] = tuple(args.shadow_heads)
+        fields["shadow_heads"] = tuple(args.shadow_heads)
     if args.dtype is not None:
-        overrides["gen_dtype"] = args.dtype
-    return RLConfig.preset(args.preset, task=args.task, method=args.rollout, mtp=args.mtp,
-                           mode="sync" if args.sync else "async", device=args.device, backend=args.backend,
-                           **overrides,
-                           **prompt_fields(args))
-
-
-def _resumed_gamma(args: argparse.Namespace) -> int | str | None:
-    """With --resume and no --gamma, the γ the run in --out started with (its meta.json's config): a run started
-    before `auto` became the default, at γ 3, resumes at γ 3 instead of being refused as a changed config."""
-    meta = args.out / "meta.json"
-    if not args.resume or not meta.is_file():
-        return None
-    try:
-        return json.loads(meta.read_text()).get("config", {}).get("gamma")
-    except (OSError, ValueError, AttributeError):
-        return None  # an unreadable meta.json is reported where the run is opened
+        fields["dtype"] = args.dtype
+    return fields
 
 
 def run(args: argparse.Namespace) -> int:
-    """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...` (bebop.rl.parallel)."""
+    """One process, or one rank of `torchrun --nproc-per-node N -m bebop rl ...`."""
+    config, note = config_and_note(args)  # bad names, values and resumes fail here, before torch loads
+    check_run_dir(args.out, resume=args.resume, flag="--out")
+    watch = f"watch it: bebop dashboard --runs {args.out.parent}"
+    if args.resume and (finished := finished_step(args.out, config.steps)) is not None:
+        print(f"{args.out}: already finished (step {finished} of --steps {config.steps}); nothing to resume, "
+              "pass a larger --steps to continue it")
+        print(watch)
+        return 0
+    check_head(args.policy, args.head if config.uses_head else None)
+    for spec in parse_shadow_specs(config.shadow_heads):
+        check_head(args.policy, spec.head)
+    mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
+    check_policy(args.policy)
     from bebop import distributed
+    from bebop.device import resolve_device
 
-    config = config_from_args(args)  # bad names and values fail here, before any model is loaded
     world = distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, here
-    code = _run(args, config)
+    code = _run(args, config, mirrors, note)
     if world > 1:  # only the group init() joined: an in-process vLLM (--backend vllm) tears down its own at exit
         distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
     return code
 
 
-def _run(args: argparse.Namespace, config: RLConfig) -> int:
+def _run(args: argparse.Namespace, config: RLConfig, mirrors, note: str | None) -> int:
     from bebop import distributed
     from bebop.rl.build import prepare_run
 
-    check_run_dir(args.out, resume=args.resume, flag="--out")  # the library's own check names no flag
-    run = prepare_run(config, args.out, resume=args.resume)  # the world, --out, the backend, the task: before loading
-    check_policy(args.policy)
-    mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
-    watch = f"watch it: bebop dashboard --runs {args.out.parent}"
-    if run.finished is not None:
-        print(f"{args.out}: already finished (step {run.finished} of --steps {config.steps}); nothing to resume, "
-              "pass a larger --steps to continue it")
-        print(watch)
-        return 0
+    # the world, --out opened (resumed: its checkpoint read), the backend, the task: before the policy loads
+    run = prepare_run(config, args.out, resume=args.resume, mirrors=mirrors, name=args.name)
     distributed.barrier()  # every rank has checked --out before rank 0 writes to it
     head_spec = args.head if config.uses_head else None
     model, tokenizer, head, shadow = _load_heads(args.policy, head_spec, config)
-    trainer = run.trainer(model, tokenizer, head=head, name=args.name, mirrors=mirrors, shadow_heads=shadow)
+    trainer = run.trainer(model, tokenizer, head=head, shadow_heads=shadow)
+    if note and distributed.is_main():
+        print(f"bebop rl: {note}", file=sys.stderr)  # the resume is under way: what its flags changed
     records = trainer.run(progress=not args.no_progress and distributed.is_main())
     if not distributed.is_main():
         return 0
     if records:
         print(closing_line(args.out, records, config, trainer.writer.meta))
-    print(watch)
+    print(f"watch it: bebop dashboard --runs {args.out.parent}")
     return 0
 
 

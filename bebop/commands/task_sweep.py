@@ -11,8 +11,6 @@ intervals and the run directory it writes: `bebop.rl.task_sweep`. Needs reasonin
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -59,29 +57,26 @@ def task_specs(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from bebop.commands.device_args import device_and_dtype
+    from bebop.commands.outputs import check_new_run_dirs
     from bebop.policy import load_policy, run_meta
     from bebop.rl.task_sweep import TaskSweepConfig, sweep, sweep_setup, write_table
-    from bebop.runlog import RunWriter
+    from bebop.runlog.session import default_run_dir, open_session
 
     specs = task_specs(args)
     config = TaskSweepConfig(**({"tasks": specs} if specs else {}), temperatures=tuple(args.temperatures),
                              num_problems=args.num_problems, max_new_tokens=args.max_new_tokens, seed=args.seed,
                              threads=args.threads, device=args.device, dtype=args.dtype, **prompt_fields(args))
-    device, dtype = device_and_dtype(args)  # --device cuda without CUDA fails here, before the policy loads
-    torch.set_num_threads(config.threads)
-    model, tokenizer, _ = load_policy(args.policy, dtype=dtype, device=device)
-    run_dir = args.run_dir or Path("runs") / f"task-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_new_run_dirs([args.run_dir], "--run-dir")
+    # threads, device (--device cuda without CUDA fails here, before the policy loads) and dtype
+    session = open_session(args.run_dir or default_run_dir("task-sweep"), config, kind="task-sweep")
+    model, tokenizer, _ = load_policy(args.policy, dtype=session.dtype, device=session.device)
     console = Console(stderr=True)
-    with RunWriter(run_dir, dataclasses.asdict(config) | {"policy": str(args.policy or "default")},
-                   kind="task-sweep", meta_extra={**sweep_setup(config), **run_meta(model, [], dtype=dtype)}) as writer:
-        rows = sweep(model, tokenizer, config, writer, log=lambda r: console.log(
+    with session.begin({**sweep_setup(config), **run_meta(model, [], dtype=session.dtype)}):
+        rows = sweep(model, tokenizer, config, session.writer, log=lambda r: console.log(
             f"{r['task']} T={r['temperature']:g}: reward {r['reward']:.3f} ({r['wall_s']:.0f} s)"))
-        write_table(run_dir, rows)
+        write_table(session.run_dir, rows)
     print_table(rows)
-    print(f"run directory: {run_dir}")
+    print(f"run directory: {session.run_dir}")
     return 0
 
 

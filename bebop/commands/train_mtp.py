@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
-from bebop import distributed
 from bebop.commands.device_args import add_device_args
+from bebop.commands.flags import FIELD_FLAGS, flag_of, from_record, given, recorded_config, resumed
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
-from bebop.data.tasks import dataset_config
-from bebop.data.tasks import get as get_task
-from bebop.device import resolve_device
-from bebop.heads.config import TrainMTPConfig
-from bebop.heads.corpus import CorpusSource
-from bebop.heads.train import load_frozen_policy, train_mtp
-from bebop.losses import OBJECTIVES
+from bebop.heads.config import OBJECTIVES, TrainMTPConfig
 from bebop.policy import POLICY_HELP
 from bebop.runlog.mirror import add_mirror_arguments, mirrors_from_args
 
@@ -65,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"the policy answers for the head's training data ({_default('tasks')})")
     add_prompt_args(parser)
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir from its last checkpoint (default: a new run)")
+                        help="continue the run in --run-dir from its last checkpoint, with the settings it recorded; a "
+                             "flag given beside it may change only --steps, --threads, --eval-every and "
+                             "--checkpoint-every (default: a new run)")
     parser.add_argument("--init", type=Path, default=None, help="adapt this head directory instead of a fresh head")
     parser.add_argument("--data", type=Path, default=None,
                         help="the corpus cache directory: each task's self-generated answers, reused by every later "
@@ -86,38 +83,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainMTPConfig:
-    """The preset (--tiny or the default) with every flag given applied over it."""
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[TrainMTPConfig, str | None]:
+    """The preset (--tiny or the default) with every flag given applied over it; with --resume, the run's recorded
+    config with the flags given held against it, and the line that says what they changed
+    (`bebop.commands.flags.resumed`)."""
     base = TrainMTPConfig.tiny(args.objective) if args.tiny else TrainMTPConfig(objective=args.objective)
-    given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
+    fields = _flag_fields(args)
+    recorded = recorded_config(args.run_dir) if args.resume else None
+    if recorded is None:
+        return dataclasses.replace(base, **fields), None
+    run, typed = from_record(TrainMTPConfig, recorded), given(args)
+    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
+    tiny = {k: v for k, v in dataclasses.asdict(base).items() if v != getattr(TrainMTPConfig(), k)} if args.tiny else {}
+    changes, note = resumed(run, {**tiny, **wanted}, TrainMTPConfig.RESUMABLE, f"--run-dir {args.run_dir}",
+                            lambda k: flag_of(k) if k in wanted else f"--tiny ({flag_of(k)})")
+    return dataclasses.replace(run, **changes), note
+
+
+def _flag_fields(args: argparse.Namespace) -> dict:
+    """TrainMTPConfig field -> value of each flag that sets one (numbers left out are the preset's)."""
+    fields = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
     if args.tasks is not None:
-        given["tasks"] = tuple(args.tasks)
+        fields["tasks"] = tuple(args.tasks)
     if args.draft_vocab is not None:
-        given["draft_vocab"] = args.draft_vocab
-    return dataclasses.replace(base, **given, autocast=args.dtype, device=args.device,
-                               init_head=None if args.init is None else str(args.init), **prompt_fields(args))
+        fields["draft_vocab"] = args.draft_vocab
+    return {**fields, "dtype": args.dtype, "device": args.device,
+            "init_head": None if args.init is None else str(args.init), **prompt_fields(args)}
 
 
 def run(args: argparse.Namespace) -> int:
     """One process, or one rank of `torchrun --nproc-per-node N -m bebop train-mtp ...`."""
-    config = config_from_args(args)
+    config, note = config_and_note(args)  # bad names, values and resumes fail here, before torch loads
     check_out(args.out, "--out", force=args.force, holds="a head")
     check_run_dir(args.run_dir, resume=args.resume)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
+    from bebop import distributed
+    from bebop.data.tasks import dataset_config
+    from bebop.data.tasks import get as get_task
+    from bebop.device import resolve_device
+    from bebop.heads.corpus import CorpusSource
+    from bebop.heads.train import load_frozen_policy, open_run, train_mtp
+
     # Each dataset read once, before the policy loads.
     tasks = {n: get_task(n, dataset_config(config)) for n in config.tasks}
     distributed.init(resolve_device(config.device))  # --device cuda without CUDA: one line, before the policy loads
+    session = open_run(args.run_dir, config, resume=args.resume, mirrors=mirrors, progress=True)
+    args.run_dir = session.run_dir  # what a --resume names
     model, tokenizer = load_frozen_policy(args.policy)
-    run_dir = args.run_dir or Path("runs") / f"train-mtp-{config.objective}-{time.strftime('%Y%m%d-%H%M%S')}"
-    # A fresh run's name has the launch time in it; the ranks must agree on rank 0's.
-    run_dir = distributed.broadcast_object(run_dir)
+    if note and distributed.is_main():
+        print(f"bebop train-mtp: {note}", file=sys.stderr)
     start = time.perf_counter()
-    train_mtp(model, tokenizer, config, run_dir, data=CorpusSource(args.data), out=args.out, mirrors=mirrors,
-              resume=args.resume, tasks=tasks)
+    train_mtp(model, tokenizer, config, session, data=CorpusSource(args.data, tasks=tasks), out=args.out)
     main = distributed.is_main()
     distributed.finish()  # not after an error: the other ranks may be inside a collective (torchrun stops them)
     if not main:
         return 0
-    print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {run_dir}"
+    print(f"trained {config.objective} head in {time.perf_counter() - start:.0f} s; run directory: {args.run_dir}"
           + (f"; head: {args.out}" if args.out else ""))
     return 0
-

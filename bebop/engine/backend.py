@@ -72,10 +72,11 @@ class SnapshotEngine:
 
 
 def rollout_backend(backend: str, model: torch.nn.Module, head: torch.nn.Module | None, dtype: torch.dtype,
-                    device: torch.device, *, seed: int = 0, gamma: int | str = 0, method: str = "rs",
-                    world: int = 1) -> RolloutBackend:
+                    device: torch.device, generation: GenerationConfig, *, world: int = 1) -> RolloutBackend:
     """bebop's engine on a snapshot of `model` ("bebop"), or an in-process vLLM colocated with the trainer ("vllm",
-    drafting `gamma` tokens by `method` with `head` through bebop's vLLM plugin when a head is given)."""
+    seeded by `generation.seed` and, with `head`, drafting `generation.gamma` tokens a step by `generation.method`
+    through bebop's vLLM plugin, fixed at start). `generation` is what every call will ask for (`RLConfig.generation`):
+    bebop's engine is asked per call and needs nothing of it here."""
     if backend == "bebop":
         return SnapshotEngine(model, head, dtype, device)
     if backend != "vllm":
@@ -84,4 +85,5 @@ def rollout_backend(backend: str, model: torch.nn.Module, head: torch.nn.Module 
 
     if world > 1:
         raise ValueError("the vllm backend runs one in-process engine: run it without torchrun")
-    return VLLMEngine.colocated(model, dtype, seed=seed, head=head, gamma=gamma, method=method)
+    return VLLMEngine.colocated(model, dtype, seed=generation.seed or 0, head=head, gamma=generation.gamma,
+                                method=generation.method)

@@ -1,4 +1,4 @@
-"""What the engine is asked for (`GenerationConfig`) and what it gives back (`Rollout`).
+"""What the engine gives back (`Rollout`) for what it is asked (`GenerationConfig`, `bebop.engine.config`).
 
 A `Rollout` carries everything RL needs from generation (tokens, the behaviour policy's log-probs) and
 everything the paper's analysis needs (target entropy per token, where each token came from, and the
@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from bebop.checks import check_choice, check_ints, check_number
+from bebop.engine.config import GenerationConfig
 from bebop.engine.depth.choice import Choice
 from bebop.engine.depth.counters import depth_counters
 from bebop.engine.stops import Decode, Stop, StopMatcher
 from bebop.metrics import SpecCounters, derive
-from bebop.verify import METHODS
 
 # Where each token of a completion came from. "plain": sampled straight from the target (plain decoding, and the
 # first token after a prompt or an environment reply); "accepted" / "recovered" / "bonus": the outcomes of a
@@ -33,53 +32,6 @@ ORIGINS = ("plain", "accepted", "recovered", "bonus", "env")
 # env(row, tokens_so_far, stop) -> reply token ids to append and continue from, or None to end the row. `stop` is
 # the one the row just made (`bebop.engine.stops.text_through` gives the transcript an environment reads).
 Env = Callable[[int, list[int], Stop], "list[int] | None"]
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_new_tokens: int
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    gamma: int | str = 3  # draft depth; 0 = plain decoding; "auto": chosen per step (bebop.engine.depth)
-    method: str = "rs"  # "rs" (draft ~ q, rejection sampling) | "to" (draft = argmax q) | "greedy"
-    stop_tokens: tuple[int, ...] = ()
-    stop_strings: tuple[str, ...] = ()  # matched on decoded text (module docstring); needs generate(decode=...)
-    vocab_limit: int | None = None  # ids >= vocab_limit are never sampled (the tokenizer's size; bebop.sampling)
-    seed: int | None = None  # None: drawn from torch's global generator, so torch.manual_seed still makes it repeat
-    profile: bool = False  # synchronise the device around each phase so per-phase timings are exact (CUDA)
-    max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
-
-    def __post_init__(self) -> None:
-        check_ints(self, ("max_new_tokens", "max_gamma"), low=1)
-        check_ints(self, ("top_k", "vocab_limit"), low=1, also=(None,))
-        check_ints(self, ("gamma",), low=0, also=("auto",))  # 0 = plain decoding
-        check_number(self, "temperature", low=0)
-        if self.top_p is not None:
-            check_number(self, "top_p", low=0, high=1, open_low=True)
-        check_choice(self, "method", METHODS)
-        if any(not isinstance(s, str) or not s for s in self.stop_strings):
-            raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
-        object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
-        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
-
-    @property
-    def auto(self) -> bool:
-        """True when the engine chooses each step's depth (gamma="auto")."""
-        return self.gamma == "auto"
-
-    @property
-    def depth(self) -> int:
-        """The deepest draft a step may take: gamma, or max_gamma under "auto" (what caches are sized for)."""
-        return self.max_gamma if self.auto else self.gamma
-
-    @property
-    def sampling(self) -> tuple[float, int | None, float | None, int | None]:
-        """(temperature, top_k, top_p, vocab_limit): the arguments of `bebop.sampling.scaled_logits`."""
-        return self.temperature, self.top_k, self.top_p, self.vocab_limit
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_prompts(prompts: list[list[int]], vocab: int) -> None:

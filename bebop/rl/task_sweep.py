@@ -38,11 +38,11 @@ from pathlib import Path
 
 import torch
 
+from bebop.device import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields, job_prompt_format
 from bebop.data.tasks import check_task_names
 from bebop.data.tasks.gym import SMOLLM2_TASK, GymTask, answer_line, is_number, stated_answer
 from bebop.data.tasks.gym_spec import PREFIX, is_gym_spec
-from bebop.device import check_device_name
 from bebop.engine import Engine, GenerationConfig
 from bebop.metrics import rate_difference_interval, rate_interval
 from bebop.play import complete

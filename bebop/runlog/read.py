@@ -3,7 +3,7 @@
 A run directory holds three kinds of file (full format: docs/runs.md):
 
     meta.json       what the run is: name, kind, config (verbatim), versions, entropy bin edges
-    status.json     where it is: state ("running" | "finished" | "failed"), step, heartbeat
+    status.json     where it is: state ("running" | "finished" | "failed" | "interrupted"), step, heartbeat
     {stream}.jsonl  what happened: one JSON object per line, append-only ("train", "samples", "tokens")
 
 `RunWriter` (from `bebop.runlog.write`, re-exported here) writes one; this module reads them. Readers are

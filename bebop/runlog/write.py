@@ -33,7 +33,7 @@ from bebop.runlog.mirror import Mirror
 
 KINDS = ("rl", "eval-mtp", "train-mtp", "pretrain", "bench", "demo", "task-sweep")
 WARNINGS = "warnings"  # the stream of the warnings a run raises (`RunWriter.warn`)
-STATES = ("running", "finished", "failed")
+STATES = ("running", "finished", "failed", "interrupted")  # interrupted: Ctrl-C or SIGTERM, resumable
 HEARTBEAT_EVERY_S = 1.0  # log() refreshes status.json at most this often
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -104,6 +104,41 @@ def _default_bin_edges() -> list[float]:
     return list(ENTROPY_BIN_EDGES)
 
 
+# ------------------------------------------------------------------------------------------ the rule
+
+
+def check_run_dir(path: str | os.PathLike, *, resume: bool = False, flag: str = "run_dir",
+                  resumable: bool = True) -> bool:
+    """The one rule for a run directory, every job's and `RunWriter`'s: new or empty, or with `resume` a run that
+    exists; an existing run is never overwritten. A refusal is one line naming `flag` (a job's `--out` or
+    `--run-dir`; the argument `run_dir` for a library caller) and the way out (`--resume` / `resume=True`; none
+    for a job that cannot resume, `resumable` False). Returns True when `path` holds a run to continue."""
+    path, again = Path(path), "--resume" if flag.startswith("--") else "resume=True"
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{flag} {path} exists and is not a directory")
+    if resume and not path.is_dir():
+        raise FileNotFoundError(f"cannot resume: {flag} {path} does not exist")
+    used = path.is_dir() and any(path.iterdir())
+    if used and not resume:
+        raise FileExistsError(f"{flag} {path} is not empty: pass {again} to continue that run, or choose a new "
+                              "directory (an existing run is never overwritten)" if resumable else
+                              f"{flag} {path} already holds a run: choose another directory (an existing run is "
+                              "never overwritten)")
+    if used and not (path / "meta.json").is_file():
+        raise FileExistsError(f"{flag} {path} has files but no meta.json: not a bebop run")
+    return used
+
+
+def finished_step(run_dir: str | os.PathLike, steps: int) -> int | None:
+    """The last step of the run in `run_dir` when it finished all of `steps` (None if it has more to do): resuming it
+    would load a model only to log nothing. A larger `steps` continues it."""
+    status = Path(run_dir) / "status.json"
+    state = read_json(status) if status.is_file() else {}
+    step = state.get("step")
+    done = state.get("state") == "finished" and isinstance(step, int) and step + 1 >= steps
+    return step if done else None
+
+
 # --------------------------------------------------------------------------------------------- writer
 
 
@@ -167,15 +202,8 @@ class RunWriter:
         self._mirrors.append(mirror)
 
     def _prepare_dir(self, resume: bool) -> bool:
-        """Create or check the run dir; returns True when an existing run is being resumed."""
-        if self.path.exists() and not self.path.is_dir():
-            raise NotADirectoryError(f"run_dir {self.path} exists and is not a directory")
-        has_files = self.path.is_dir() and any(self.path.iterdir())
-        if has_files and not resume:
-            raise FileExistsError(
-                f"run_dir {self.path} is not empty; pass resume=True to continue that run "
-                "or choose a new directory (an existing run is never overwritten)"
-            )
+        """Create or check the run dir (`check_run_dir`); returns True when an existing run is being resumed."""
+        existing = check_run_dir(self.path, resume=resume)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".write-probe"
@@ -183,14 +211,10 @@ class RunWriter:
             probe.unlink()
         except OSError as err:
             raise PermissionError(f"cannot write run_dir {self.path}: {err.strerror or err}") from err
-        if not (has_files and (self.path / "meta.json").exists()):
-            if has_files:
-                raise FileExistsError(f"run_dir {self.path} has files but no meta.json: not a bebop run")
-            return False
-        for stream_file in self.path.glob("*.jsonl"):
+        for stream_file in self.path.glob("*.jsonl") if existing else ():
             _repair_tail(stream_file)
             self._last_step[stream_file.stem] = _last_step_in(stream_file)
-        return True
+        return existing
 
     @property
     def last_step(self) -> int | None:
@@ -315,7 +339,15 @@ class RunWriter:
         if exc_type is None:
             self.close("finished")
         else:
-            self.close("failed", message=f"{exc_type.__name__}: {exc}")
+            self.close(*ended_by(exc))
+
+
+def ended_by(error: BaseException) -> tuple[str, str]:
+    """(state, message) of a run an exception ended: "interrupted" by Ctrl-C or SIGTERM (`KeyboardInterrupt`: the
+    run can be resumed), else "failed" with the error's line."""
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted", "stopped by Ctrl-C or SIGTERM: resume it to continue"
+    return "failed", f"{type(error).__name__}: {error}"
 
 
 def _step_of(line: bytes) -> float:

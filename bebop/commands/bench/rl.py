@@ -118,7 +118,7 @@ def bench_task(default, task: str, prompts: int, args, root: Path, built=None) -
                           max_new_tokens=args.max_new_tokens,
                           mode="sync" if args.sync else "async", seed=args.seed, checkpoint_every=0,
                           micro_batch_tokens=args.micro_batch_tokens, share_prompts=not args.no_shared_prompts,
-                          device=args.device, gen_dtype=args.dtype,
+                          device=args.device, dtype=args.dtype,
                           **({"lr": 0.0} if args.self_draft else {}), **prompt_fields(args))
     # Every γ beside plain decoding in the same interleaved rounds; a run's name carries its γ when several are timed.
     variants = [("none", None, base.mode, None)] + [("rs", head, base.mode, g) for g in args.gamma

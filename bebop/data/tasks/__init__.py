@@ -17,13 +17,15 @@ See `base` for the shared contract, and each module for its texts, levels and ve
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from bebop.data.tasks.agent import AgentConfig, AgentEnv, AgentTask, tool_mask
 from bebop.data.tasks.base import Example, Rng, Task, parse_answer, strip_completion
 from bebop.data.tasks.code import CodeConfig, CodeTask, ProgramRejected, check_program
 from bebop.data.tasks.code_tests import CodeTestsConfig, CodeTestsTask, program_text
-from bebop.data.tasks.dataset import DatasetConfig, DatasetTask, dataset_config, dataset_task, is_dataset_spec
+from bebop.data.tasks.dataset import (FILE_KINDS, DatasetConfig, DatasetTask, dataset_config, dataset_task,
+                                      is_dataset_spec)
 from bebop.data.tasks.gym import GymTask
 from bebop.data.tasks.gym_spec import GymSpec, is_gym_spec, parse_spec
 from bebop.data.tasks.math import MathConfig, MathTask
@@ -59,7 +61,7 @@ def get(name: str, config: MathConfig | CodeConfig | AgentConfig | DatasetConfig
 def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
     """The task names a config holds, each a built-in or a dataset spec: a ValueError of one line for an unknown
     name or none at all. Nothing is read here: a dataset's file and columns are checked once, where the job gets its
-    tasks (`get`)."""
+    tasks (`get`); only that a dataset file exists, which is cheap."""
     names = tuple(names)
     if not names:
         raise ValueError(f"no task given; valid names: {sorted(TASKS)}, or a dataset spec")
@@ -68,6 +70,8 @@ def check_task_names(names: Sequence[str]) -> tuple[str, ...]:
             parse_spec(name)  # the dataset and its settings, checked against its config (no problem is drawn)
         elif not isinstance(name, str) or name not in TASKS and not is_dataset_spec(name):
             get(name)  # the one-line refusal of a name that is neither
+        elif name.partition(":")[0] in FILE_KINDS and not Path(name.partition(":")[2]).expanduser().is_file():
+            raise ValueError(f"task {name!r}: no such file {name.partition(':')[2]!r}")  # cheap: refused at once
     return names
 
 

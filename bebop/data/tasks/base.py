@@ -25,11 +25,12 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 from bebop.data.tokenizer import EOS
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 _ANSWER = re.compile(r"^answer: ?(-?\d{1,12}) *$", re.MULTILINE)
@@ -54,6 +55,8 @@ class Rng:
     """Integer, choice and coin draws from one `torch.Generator` (CPU), in a fixed order."""
 
     def __init__(self, generator: torch.Generator):
+        import torch  # here: task names and specs are checked before torch loads (a job's misuse answers at once)
+
         if not isinstance(generator, torch.Generator):
             raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         self.generator = generator
@@ -62,12 +65,16 @@ class Rng:
     def from_seed(cls, seed: int) -> "Rng":
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        import torch
+
         return cls(torch.Generator().manual_seed(seed))
 
     def integer(self, low: int, high: int) -> int:
         """Uniform on [low, high], both ends included."""
         if high < low:
             raise ValueError(f"empty range [{low}, {high}]")
+        import torch
+
         return int(torch.randint(low, high + 1, (1,), generator=self.generator).item())
 
     def choice(self, options: Sequence[T]) -> T:
@@ -76,12 +83,16 @@ class Rng:
         return options[self.integer(0, len(options) - 1)]
 
     def chance(self, p: float) -> bool:
+        import torch
+
         return bool(torch.rand(1, generator=self.generator).item() < p)
 
     def sample(self, options: Sequence[T], k: int) -> list[T]:
         """k distinct elements, in random order."""
         if not 0 <= k <= len(options):
             raise ValueError(f"cannot draw {k} distinct elements from {len(options)}")
+        import torch
+
         order = torch.randperm(len(options), generator=self.generator)[:k].tolist()
         return [options[i] for i in order]
 
