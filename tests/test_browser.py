@@ -228,7 +228,7 @@ def _settled(page, condition_js: str, timeout_ms: int = 15_000) -> None:
         page.wait_for_function(condition_js, timeout=timeout_ms)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)  # eight pages, the Shadow heads page among them
 def test_every_page_over_real_one_step_runs_and_a_picture_of_the_live_page(tmp_path):
     """Runs made by the real CLI: every page draws without an exception, and the Live page is kept as a picture."""
     _require_browser()
