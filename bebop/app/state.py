@@ -137,6 +137,17 @@ def selected() -> tuple[Path, list[RunInfo], list[RunInfo], str | None]:
     return ctx
 
 
+def open_page(title_text: str, hint: str) -> dict[str, Run]:
+    """A page's opening: its title (marked when a run it shows is synthetic), then the selected runs loaded, by label;
+    with none selected, the root's message or `hint`, and the page stops there."""
+    root, _, chosen, message = selected()
+    title(title_text, chosen)
+    if not chosen:
+        st.info(message or hint, icon=":material/info:")
+        st.stop()
+    return load_runs(chosen, root)
+
+
 def load_runs(infos: list[RunInfo], root: Path, *, notify: bool = True) -> dict[str, Run]:
     """Up-to-date `Run`s for `infos`, by label; runs that vanished or broke are left out (and reported)."""
     cache: dict[str, Run] = st.session_state.setdefault(_CACHE, {})

@@ -9,12 +9,7 @@ from bebop.plots import shadow as shadow_plots
 from bebop.rl.shadow_report import shadow_points, shadow_summary
 from bebop.runlog.setup import head_of
 
-root, infos, chosen, message = state.selected()
-state.title("Shadow heads", chosen)
-if not chosen:
-    st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
-    st.stop()
-runs = state.load_runs(chosen, root)
+runs = state.open_page("Shadow heads", "Pick one or more runs in the sidebar.")
 scored = {name: run for name, run in runs.items() if len(run.streams.get("shadow", ()))}
 if not scored:
     st.info("None of the selected runs scored shadow heads. `bebop rl --shadow-heads ce online-tv:e2e_tv ...` scores "
