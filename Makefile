@@ -22,10 +22,13 @@ demo: $(STAMP)
 
 # Each test runs in its own empty directory (tests/conftest.py), so a `runs/` left by `make demo` changes nothing.
 # One worker per core (pytest-xdist), one torch thread each, a whole module per worker (tests/conftest.py). (Not
-# --dist loadgroup: pytest 9 ignores the group suffix pytest-xdist 3.8 writes into node ids.) The 15 slowest are
-# printed: the suite must stay under 15 minutes on 2 cores.
+# --dist loadgroup: pytest 9 ignores the group suffix pytest-xdist 3.8 writes into node ids.) Each test has a timeout
+# (pyproject.toml); a worker ended by its last-resort backstop is not replaced, since under --dist loadfile
+# pytest-xdist 3.8 hands the new worker the same test again. The 15 slowest are printed: the suite must stay under
+# 15 minutes on 2 cores.
 test: $(STAMP)
-	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadfile --durations=15
+	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadfile --max-worker-restart 0 \
+		--durations=15
 
 # The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html, and the README's
 # picture taken afresh from a new `bebop demo` into artifacts/readme/ (scripts/readme-picture). Both folders are

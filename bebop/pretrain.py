@@ -2,7 +2,7 @@
 
 No model hub is reachable, so bebop makes its own policy: a `ModelConfig.tiny` decoder over the
 character tokenizer, trained by next-token prediction on teacher demonstrations of all three tasks
-(`bebop.data.batches.demo_batches`). A fraction `error_rate` of demonstrations is wrong on purpose, so the policy
+(`bebop.data.batches.DemoBatches`). A fraction `error_rate` of demonstrations is wrong on purpose, so the policy
 makes mistakes that RL can fix; the varied phrasing of the demonstrations gives the policy real entropy in
 its reasoning. Periodic eval samples completions at T=1 on held-out prompts (`bebop.play`) and logs the reward per
 task and the mean per-token entropy of the samples.
@@ -13,8 +13,11 @@ covers prompt tokens too (`prompt_loss`): without it the policy learnt too littl
 choices measured, and the heads made next: docs/default-model.md.
 
 Run directory (`bebop.runlog`, kind "pretrain"): `train` stream {step, loss, lr, tokens, elapsed_s},
-`eval` stream {step, reward/{task}, reward/mean, entropy/mean, response_length/mean}. The checkpoint
-(`out`, Hugging Face layout + tokenizer files) is written atomically file by file at every eval.
+`eval` stream {step, reward/{task}, reward/mean, entropy/mean, response_length/mean}. The policy (`out`, Hugging Face
+layout + tokenizer files) is written atomically file by file at every eval. A resumable checkpoint
+(`{run_dir}/checkpoint.pt`, written by the run's session every `checkpoint_every` steps and at the last) holds the
+float32 weights, the optimiser, where the demonstrations' stream stands and the tokens seen, so a resumed run
+(`open_run(..., resume=True)`, `bebop pretrain --resume`) continues at the next step as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
-from bebop.data.batches import demo_batches
+from bebop.data.batches import DemoBatches
 from bebop.data.tasks import TASKS, check_task_names
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer
@@ -40,12 +43,14 @@ from bebop.device import check_device_name, to_device
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.models.checkpoint import load_pretrained, save_pretrained
-from bebop.models.config import ModelConfig
+from bebop.models.config import Llama3RopeScaling, ModelConfig
 from bebop.models.transformer import Transformer
 from bebop.play import complete
-from bebop.runlog.session import RunSession, open_session
+from bebop.runlog.session import Checkpoints, RunSession, default_run_dir, open_session
 
 EVAL_SEED = 1_000_003  # held-out prompts: training draws seeds seed*1000 + chunk, far below this
+CHECKPOINTS = Checkpoints("bebop-pretrain-checkpoint-v1",  # what `bebop.runlog.session` writes and reads for a run
+                          ("format", "step", "model", "optimizer", "batches", "tokens", "elapsed_s", "config"))
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class PretrainConfig:
     error_rate: float = 0.15  # fraction of deliberately wrong demonstrations
     prompt_loss: bool = True  # train on prompt tokens too: their repeated names/numbers teach copying early
     eval_every: int = 600
+    checkpoint_every: int = 100  # steps between resumable checkpoints (0 = only at the end)
     eval_prompts: int = 32  # held-out prompts per task
     eval_max_new_tokens: int = 240
     seed: int = 0
@@ -71,6 +77,8 @@ class PretrainConfig:
     init: str | None = None  # a policy checkpoint to continue from (fresh optimiser and schedule)
     autocast: InitVar[str | None] = None  # the dtype's earlier name, still read (with a deprecation note)
     RENAMED: ClassVar[dict[str, str]] = {"autocast": "dtype"}  # earlier names of a saved config's keys
+    # Fields a resumed run may change (`bebop.runlog.session.config_changes`); any other difference is refused.
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("steps", "threads", "eval_every", "checkpoint_every")
 
     def __post_init__(self, autocast: str | None = None) -> None:
         if autocast is not None:
@@ -84,11 +92,15 @@ class PretrainConfig:
         check_ints(self, ("steps", "batch_size", "eval_every", "eval_prompts", "eval_max_new_tokens", "threads"), low=1)
         check_number(self, "lr", low=0, open_low=True)
         check_number(self, "min_lr", low=0, high=self.lr, open_low=True)
-        check_ints(self, ("warmup",), low=0)
+        check_ints(self, ("warmup", "checkpoint_every"), low=0)
         check_number(self, "warmup", high=self.steps, open_high=True)
         check_number(self, "error_rate", low=0, high=1, open_high=True)
         check_choice(self, "dtype", PRECISIONS)
         check_device_name(self.device)
+        if isinstance(self.model, dict):  # a saved config's model, read back
+            rope = self.model.get("rope_scaling")
+            rope = Llama3RopeScaling(**rope) if rope else None
+            object.__setattr__(self, "model", ModelConfig(**{**self.model, "rope_scaling": rope}))
 
     @classmethod
     def tiny(cls) -> "PretrainConfig":
@@ -168,37 +180,68 @@ def initial_model(config: PretrainConfig, tokenizer: CharTokenizer) -> Transform
     return model.train()
 
 
+def open_run(run_dir: str | os.PathLike | None, config: PretrainConfig, *, resume: bool = False,
+             progress: bool = False) -> RunSession:
+    """A pretraining run opened in `run_dir` (None: runs/pretrain-TIME) through `bebop.runlog.session`: the
+    directory checked, threads, device and dtype set, and with `resume` its checkpoint read and its config held
+    against `config` (`RESUMABLE`); for `pretrain`. `progress`: a progress bar (the job's; a library call is
+    quiet)."""
+    run_dir = default_run_dir("pretrain") if run_dir is None else run_dir
+    return open_session(run_dir, config, kind="pretrain", resume=resume, checkpoints=CHECKPOINTS, progress=progress)
+
+
 def pretrain(config: PretrainConfig, run: RunSession | str | os.PathLike, out: Path | None = None) -> Transformer:
-    """Train a policy from scratch in the run `run` (`open_session(..., kind="pretrain")`, which sets its threads,
-    device and dtype; a directory: a new run there, quiet); saves to `out` (if given) at every eval and at the end.
-    A pretraining run keeps no checkpoint: it cannot be resumed (`--init` continues from a saved policy instead)."""
-    session = run if isinstance(run, RunSession) else open_session(run, config, kind="pretrain", progress=False)
+    """Train a policy from scratch in the run `run` (opened by `open_run`, which sets its threads, device and dtype
+    and, resumed, read its checkpoint; a directory: a new run there, quiet); saves to `out` (if given) at every eval
+    and at the end."""
+    session = run if isinstance(run, RunSession) else open_run(run, config)
     torch.manual_seed(config.seed)  # parameter init only; data and sampling use their own generators
     tokenizer = CharTokenizer()
     model = initial_model(config, tokenizer).to(session.device)
-    use_bf16 = session.dtype == torch.bfloat16
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
-    batches = demo_batches(config.tasks, tokenizer, batch_size=config.batch_size,
-                           error_rate=config.error_rate, seed=config.seed, prompt_loss=config.prompt_loss)
-    with session.begin({"num_parameters": model.num_parameters(), "bf16_autocast": use_bf16}):
-        writer, start, seen = session.writer, time.perf_counter(), 0
-        bar = tqdm(range(config.steps), desc="pretrain", disable=not session.progress, dynamic_ncols=True)
-        for step in bar:
-            tokens, loss_mask = (to_device(t, session.device) for t in next(batches))
-            lr = lr_at(step, config)
-            loss = train_step(model, optimizer, tokens, loss_mask, lr, config, use_bf16)
-            seen += int(loss_mask.sum())
-            writer.log("train", {"step": step, "loss": loss, "lr": lr, "tokens": seen,
-                                 "elapsed_s": time.perf_counter() - start})
-            bar.set_postfix(loss=f"{loss:.3f}")
-            if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
-                metrics = evaluate(model, tokenizer, config)
-                writer.log("eval", {"step": step, **metrics})
-                writer.status(step=step, **metrics)
-                bar.write(f"step {step + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
-                if out is not None:
-                    save_policy(model, tokenizer, out)
+    batches = DemoBatches(config.tasks, tokenizer, batch_size=config.batch_size, error_rate=config.error_rate,
+                          seed=config.seed, prompt_loss=config.prompt_loss)
+    meta = {"num_parameters": model.num_parameters(), "bf16_autocast": session.dtype == torch.bfloat16,
+            "out": None if out is None else str(Path(out).resolve())}  # where a resume saves it again
+    with session.begin(meta):
+        _loop(model, optimizer, batches, session, out)
     return model.eval()
+
+
+def _loop(model: Transformer, optimizer: torch.optim.Optimizer, batches: DemoBatches, session: RunSession,
+          out: Path | None) -> None:
+    """The steps from the session's start (a resumed run's checkpoint restored first): each logged, an eval (and
+    the policy saved to `out`) every `eval_every` steps and at the last, a checkpoint when the session says one is
+    due."""
+    config, writer, use_bf16 = session.config, session.writer, session.dtype == torch.bfloat16
+    seen, elapsed = 0, 0.0
+    if session.checkpoint is not None:
+        state = session.checkpoint
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        batches.load_state_dict(state["batches"])
+        seen, elapsed = int(state["tokens"]), float(state["elapsed_s"])
+    start = time.perf_counter() - elapsed
+    bar = tqdm(range(session.start, config.steps), desc="pretrain", disable=not session.progress, dynamic_ncols=True)
+    for step in bar:
+        tokens, loss_mask = (to_device(t, session.device) for t in next(batches))
+        lr = lr_at(step, config)
+        loss = train_step(model, optimizer, tokens, loss_mask, lr, config, use_bf16)
+        seen += int(loss_mask.sum())
+        writer.log("train", {"step": step, "loss": loss, "lr": lr, "tokens": seen,
+                             "elapsed_s": time.perf_counter() - start})
+        bar.set_postfix(loss=f"{loss:.3f}")
+        if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
+            metrics = evaluate(model, batches.tokenizer, config)
+            writer.log("eval", {"step": step, **metrics})
+            writer.status(step=step, **metrics)
+            bar.write(f"step {step + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
+            if out is not None:
+                save_policy(model, batches.tokenizer, out)
+        if session.due(step):
+            session.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                "batches": batches.state_dict(), "tokens": seen,
+                                "elapsed_s": time.perf_counter() - start})

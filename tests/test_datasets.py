@@ -144,7 +144,9 @@ def test_misuse_is_one_clear_line(tmp_path, sources):
 
 def test_task_names_are_checked_without_reading_and_built_once(sources, tmp_path):
     missing = "jsonl:" + str(tmp_path / "missing.jsonl")
-    assert check_task_names(["math", sources["jsonl"], missing]) == ("math", sources["jsonl"], missing)  # no read
+    assert check_task_names(["math", sources["jsonl"]]) == ("math", sources["jsonl"])  # no read
+    with pytest.raises(ValueError, match="no such file"):  # a missing file is refused at once, before torch loads
+        check_task_names(["math", missing])
     # A job gets each task it names with its dataset columns; a built-in keeps its own default config.
     columns = DatasetConfig(prompt_key="question")
     built = {name: tasks.get(name, columns) for name in ["math", sources["jsonl"], sources["disk"]]}

@@ -64,10 +64,11 @@ def test_token_records_follow_engine_origins():
 def test_sweep_rows_and_token_records_match_the_counters(policy, tokenizer, tmp_path):
     model, heads = policy
     config = EvalMTPConfig.tiny(heads=tuple(heads))
-    from bebop.runlog import RunWriter, load_run
+    from bebop.runlog import load_run
+    from bebop.runlog.session import open_session
 
-    with RunWriter(tmp_path / "run", config, kind="eval-mtp") as writer:
-        rows = sweep(model, tokenizer, heads, config, writer, progress=False)
+    with open_session(tmp_path / "run", config, kind="eval-mtp").begin() as run:
+        rows = sweep(model, tokenizer, heads, config, run, progress=False)
     assert len(rows) == len(config.temperatures) * len(heads) * len(config.methods)
     tokens = load_run(tmp_path / "run").streams["tokens"]
     for row in rows:

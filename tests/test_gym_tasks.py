@@ -181,17 +181,15 @@ def test_summarize_counts_rates_with_intervals():
 
 
 def test_the_sweep_on_the_tiny_policy_writes_its_table(tmp_path):
-    import torch
-
     from bebop.default import load_default
     from bebop.rl.task_sweep import TaskSweepConfig, sweep, sweep_setup, write_table
-    from bebop.runlog import RunWriter, load_run
+    from bebop.runlog import load_run
+    from bebop.runlog.session import open_session
 
-    torch.set_num_threads(1)
-    config = TaskSweepConfig.tiny()
+    config = TaskSweepConfig.tiny()  # one thread, set by the session
     default = load_default()
-    with RunWriter(tmp_path / "run", config, kind="task-sweep", meta_extra=sweep_setup(config)) as writer:
-        rows = sweep(default.model, default.tokenizer, config, writer)
+    with open_session(tmp_path / "run", config, kind="task-sweep").begin(sweep_setup(config)) as run:
+        rows = sweep(default.model, default.tokenizer, config, run)
         write_table(tmp_path / "run", rows)
     assert [(r["task"], r["temperature"]) for r in rows] == [(t, T) for t in config.tasks for T in (1.0, 0.0)]
     run = load_run(tmp_path / "run")

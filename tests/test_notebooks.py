@@ -262,8 +262,10 @@ def cells_that_drew(nb) -> set[int]:
 
 
 def cells_showing_a_plot(page: str) -> set[int]:
-    """Indices of the cells whose part of an nbconvert page shows a figure (the lab template: one div per cell)."""
-    cells = re.split(r'<div[^>]*class="jp-Cell ', page)[1:]
+    """Indices of the cells whose part of an nbconvert page shows a figure (the lab template: one div per cell). The
+    page's widget state, after its cells, is left out: an ipywidgets output's captured figures (notebook 02's
+    slider) are there, JSON-escaped, and drawn with plotly.js they too say `Plotly.newPlot(`."""
+    cells = re.split(r'<div[^>]*class="jp-Cell ', page.split("</main>")[0])[1:]
     return {i for i, html in enumerate(cells) if PLOT_ON_PAGE.search(html)}
 
 

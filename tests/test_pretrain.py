@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import bebop.commands.pretrain as pretrain_cmd
 from bebop.pretrain import PretrainConfig, initial_model, lm_loss, lr_at, pretrain
-from bebop.data.batches import demo_batches, encode_demo, pad
+from bebop.data.batches import DemoBatches, encode_demo, pad
 from bebop.data.tasks import get as get_task
 from bebop.data.tokenizer import CharTokenizer, load_tokenizer
 from bebop.models.checkpoint import load_pretrained
@@ -50,9 +50,9 @@ def test_prompt_loss_adds_the_prompt_but_never_tool_replies(tokenizer):
 
 
 def test_demo_batches_deterministic_mixed_and_masked(tokenizer):
-    a = demo_batches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=1)
-    b = demo_batches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=1)
-    c = demo_batches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=2)
+    a = DemoBatches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=1)
+    b = DemoBatches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=1)
+    c = DemoBatches(("math", "code", "agent"), tokenizer, batch_size=6, error_rate=0.2, seed=2)
     texts, other = [], []
     for _ in range(4):
         (ta, ma), (tb, mb), (tc, _) = next(a), next(b), next(c)
@@ -63,6 +63,23 @@ def test_demo_batches_deterministic_mixed_and_masked(tokenizer):
     assert texts != other  # another seed, other data
     assert any("write f with" in t for t in texts) and any("<call>" in t for t in texts)
     assert any("how many" in t for t in texts)
+
+
+def test_demo_batches_continue_from_their_state_as_if_never_stopped(tokenizer):
+    """A stream restored from `state_dict` at any batch (mid-chunk or at a chunk's end) serves what the unbroken
+    stream serves next."""
+    settings = dict(batch_size=3, error_rate=0.2, seed=4, bucket=3)
+    whole = DemoBatches(("math", "agent"), tokenizer, **settings)
+    expected = [next(whole) for _ in range(8)]
+    for served in (0, 2, 3, 5):
+        cut = DemoBatches(("math", "agent"), tokenizer, **settings)
+        for _ in range(served):
+            next(cut)
+        again = DemoBatches(("math", "agent"), tokenizer, **settings)
+        again.load_state_dict(cut.state_dict())
+        for want in expected[served:]:
+            got = next(again)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), served
 
 
 def test_lm_loss_is_masked_cross_entropy():
@@ -150,3 +167,57 @@ def test_init_continues_from_a_checkpoint(tmp_path, tokenizer):
     assert torch.equal(model.model.embed_tokens.weight, first.model.embed_tokens.weight.to(torch.bfloat16).float())
     with pytest.raises(FileNotFoundError):
         initial_model(dataclasses.replace(config, init=str(tmp_path / "nope")), tokenizer)
+
+
+def test_an_interrupted_pretrain_resumes_to_the_run_never_stopped(tmp_path, monkeypatch, capsys):
+    """Ctrl-C at step 6 of 8 (checkpoints after steps 3 and 7, evals after 2, 5 and 7): the job prints the command
+    that resumes it, and that command rewinds the logs to the checkpoint and writes the same streams (timing aside)
+    and the same policy as a run never stopped."""
+    import bebop.pretrain
+    from bebop.cli import main
+
+    argv = ["pretrain", "--tiny", "--steps", "8", "--eval-every", "3", "--checkpoint-every", "4", "--device", "cpu",
+            "--dtype", "fp32"]
+    assert main([*argv, "--run-dir", str(tmp_path / "whole"), "--out", str(tmp_path / "whole-policy")]) == 0
+    step, calls = bebop.pretrain.train_step, []
+
+    def stopped_at_step_6(*args):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return step(*args)
+
+    monkeypatch.setattr(bebop.pretrain, "train_step", stopped_at_step_6)
+    assert main([*argv, "--run-dir", str(tmp_path / "cut"), "--out", str(tmp_path / "cut-policy")]) == 130
+    assert json.loads((tmp_path / "cut" / "status.json").read_text())["state"] == "interrupted"
+    logged = [json.loads(line)["step"] for line in (tmp_path / "cut" / "train.jsonl").read_text().splitlines()]
+    assert logged == list(range(6))  # steps 4 and 5 were logged after the last checkpoint (step 3)
+    command = capsys.readouterr().err.strip().splitlines()[-1].split()
+    assert command[:2] == ["bebop", "pretrain"] and command[-1] == "--resume"
+    monkeypatch.setattr(bebop.pretrain, "train_step", step)
+    assert main(command[1:]) == 0  # --out holds the policy this run saved at step 5: its own, no --force
+    for stream in ("train", "eval"):
+        whole, cut = ([{k: v for k, v in json.loads(line).items() if k != "elapsed_s"}
+                       for line in (tmp_path / run / f"{stream}.jsonl").read_text().splitlines()]
+                      for run in ("whole", "cut"))
+        assert whole == cut, stream
+    whole, cut = load_pretrained(tmp_path / "whole-policy")[0], load_pretrained(tmp_path / "cut-policy")[0]
+    for (name, a), b in zip(whole.state_dict().items(), cut.state_dict().values()):
+        assert torch.equal(a, b), name
+    meta = json.loads((tmp_path / "cut" / "meta.json").read_text())
+    assert len(meta["resumes"]) == 1 and meta["out"] == str((tmp_path / "cut-policy").resolve())
+
+
+def test_a_resumed_pretrain_refuses_a_changed_setting_naming_its_flag(tmp_path, capsys):
+    from bebop.cli import main
+
+    argv = ["pretrain", "--tiny", "--steps", "2", "--device", "cpu", "--dtype", "fp32", "--run-dir", str(tmp_path / "r")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--resume", "--lr", "0.5"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert f"cannot resume --run-dir {tmp_path / 'r'} with --lr 0.5: it was recorded with --lr 0.003" in line, line
+    assert main([*argv, "--resume", "--steps", "3"]) == 0  # --steps may change: step 2 runs, after the end's checkpoint
+    assert "resuming --run-dir" in capsys.readouterr().err
+    logged = [json.loads(line)["step"] for line in (tmp_path / "r" / "train.jsonl").read_text().splitlines()]
+    assert logged == [0, 1, 2]

@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = policy.model, policy.tokenizer
     with session.begin({**eval_setup(config, policy.heads), **run_meta(model, policy.heads.values(),
                                                                         dtype=session.dtype)}):
-        rows = sweep(model, tokenizer, policy.heads, config, session.writer, tasks=tasks)
+        rows = sweep(model, tokenizer, policy.heads, config, session, tasks=tasks)
         fits = fit_slopes(rows)
         write_tables(session.run_dir, rows, fits)
     print_tables(rows, fits)

@@ -21,7 +21,7 @@ from typing import Any
 
 from bebop.checks import FIELD_FLAGS, flag_of
 
-__all__ = ["FIELD_FLAGS", "flag_of", "from_record", "given", "recorded_config", "resumed"]
+__all__ = ["FIELD_FLAGS", "flag_of", "from_record", "given", "preset_or_record", "recorded_config", "resumed"]
 
 def given(args: argparse.Namespace) -> set[str]:
     """The flags (by destination) the user gave: what `bebop.cli` recorded, else (a job's parser used directly)
@@ -70,6 +70,22 @@ def resumed(recorded: Any, wanted: Mapping[str, Any], resumable: tuple[str, ...]
     return changes, f"resuming {where} with {applied}"
 
 
+def preset_or_record(base: Any, fields: Mapping[str, Any], args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The config of a job with a `--tiny` preset and `--run-dir` (train-mtp, pretrain) and the line a resume says:
+    `base` (the preset) with `fields` (field -> value of every flag that sets one) over it; with --resume, the run's
+    recorded config with the flags given, and the preset's values, held against it (`resumed`)."""
+    cls = type(base)
+    recorded = recorded_config(args.run_dir) if args.resume else None
+    if recorded is None:
+        return dataclasses.replace(base, **fields), None
+    run, typed = from_record(cls, recorded), given(args)
+    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
+    tiny = {k: v for k, v in dataclasses.asdict(base).items() if v != getattr(cls(), k)} if args.tiny else {}
+    changes, note = resumed(run, {**tiny, **wanted}, cls.RESUMABLE, f"--run-dir {args.run_dir}",
+                            lambda k: flag_of(k) if k in wanted else f"--tiny ({flag_of(k)})")
+    return dataclasses.replace(run, **changes), note
+
+
 def _said(field: str, value: Any, source: Callable[[str], str] = flag_of) -> str:
     """A field's value as flags say it: "--steps 20"; the mode as its switch ("--sync", or "no --sync")."""
     if field == "mode":
@@ -78,7 +94,11 @@ def _said(field: str, value: Any, source: Callable[[str], str] = flag_of) -> str
 
 
 def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))  # a tuple compares equal to the list it was recorded as
+    """`value` as its record holds it: a tuple compares equal to the list it was recorded as, a dataclass (a
+    pretraining config's model) to its dict."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=str))
 
 
 def _shown(value: Any) -> str:

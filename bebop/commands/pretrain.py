@@ -4,15 +4,18 @@
 The shipped policy in `bebop/assets/default/` was produced by the defaults (seed 0):
 
     bebop pretrain --out bebop/assets/default --run-dir runs/pretrain-default
+    bebop pretrain --run-dir runs/pretrain-default --resume    # continue a stopped run as it was recorded
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
+import sys
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
+from bebop.commands.flags import preset_or_record
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.pretrain import PretrainConfig
 
@@ -21,7 +24,8 @@ from bebop.pretrain import PretrainConfig
 FIELDS = {"steps": "optimiser steps", "batch_size": "demonstrations per step", "lr": "peak learning rate",
           "error_rate": "fraction of deliberately wrong demonstrations", "eval_every": "evaluation every N steps",
           "eval_prompts": "held-out prompts per task", "seed": "seed of the data and the initialisation",
-          "threads": "torch threads", "warmup": "linear warmup steps"}
+          "threads": "torch threads", "warmup": "linear warmup steps",
+          "checkpoint_every": "steps between resumable checkpoints in --run-dir (0: only at the end)"}
 
 
 def _default(field: str) -> str:
@@ -34,9 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint directory (HF layout + tokenizer); must hold nothing unless --force")
     parser.add_argument("--force", action="store_true",
                         help="replace the checkpoint already in --out (default: refuse)")
-    parser.add_argument("--run-dir", type=Path, default=None,
-                        help="run directory, a new one: pretraining keeps no checkpoint and cannot be resumed "
-                             "(--init continues from a saved policy) (default: runs/pretrain-<time>)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/pretrain-<time>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its last checkpoint, with the settings (and --out) it "
+                             "recorded; a flag given beside it may change only --steps, --threads, --eval-every and "
+                             "--checkpoint-every (default: a new run)")
     parser.add_argument("--tasks", nargs="+", default=list(PretrainConfig.tasks),
                         help="task families to train on (default: %(default)s)")
     for field, what in FIELDS.items():
@@ -49,23 +55,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:
-    """The CLI's config: the preset (--tiny or the default) with every flag given applied over it."""
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[PretrainConfig, str | None]:
+    """The preset (--tiny or the default) with every flag given applied over it; with --resume, the run's recorded
+    config with the flags given held against it, and the line that says what they changed
+    (`bebop.commands.flags.resumed`)."""
     base = PretrainConfig.tiny() if args.tiny else PretrainConfig()
-    given = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
-    if "lr" in given:
-        given["min_lr"] = min(base.min_lr, given["lr"])
-    return dataclasses.replace(base, **given, tasks=tuple(args.tasks), dtype=args.dtype, device=args.device,
-                               init=None if args.init is None else str(args.init))
+    fields = {field: getattr(args, field) for field in FIELDS if getattr(args, field) is not None}
+    if "lr" in fields:
+        fields["min_lr"] = min(base.min_lr, fields["lr"])
+    fields.update(tasks=tuple(args.tasks), dtype=args.dtype, device=args.device,
+                  init=None if args.init is None else str(args.init))
+    return preset_or_record(base, fields, args)
+
+
+def _out(args: argparse.Namespace) -> Path | None:
+    """Where the policy goes: --out, or resumed, the --out the run recorded when none is given. Its own policy,
+    saved there at its evals, is what a resumed run may replace without --force."""
+    meta = args.run_dir / "meta.json" if args.resume and args.run_dir is not None else None
+    recorded = json.loads(meta.read_text()).get("out") if meta is not None and meta.is_file() else None
+    out = args.out if args.out is not None or recorded is None else Path(recorded)
+    own = recorded is not None and out is not None and out.resolve() == Path(recorded).resolve()
+    check_out(out, "--out", force=args.force or own, holds="a checkpoint")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    check_out(args.out, "--out", force=args.force, holds="a checkpoint")
-    check_run_dir(args.run_dir, resume=False, resumable=False)
+    config, note = config_and_note(args)  # bad names, values and resumes fail here, before torch loads
+    check_run_dir(args.run_dir, resume=args.resume)
+    out = _out(args)
     from bebop import pretrain as library  # torch: once the flags are checked
-    from bebop.runlog.session import default_run_dir, open_session
 
-    run_dir = args.run_dir or default_run_dir("pretrain")
-    library.pretrain(config, open_session(run_dir, config, kind="pretrain"), args.out)  # --device cuda w/o CUDA: here
-    print(f"run directory: {run_dir}" + (f"\ncheckpoint: {args.out}" if args.out else ""))
+    session = library.open_run(args.run_dir, config, resume=args.resume, progress=True)  # --device cuda w/o CUDA: here
+    args.run_dir = session.run_dir  # what a --resume names
+    if note:
+        print(f"bebop pretrain: {note}", file=sys.stderr)
+    library.pretrain(config, session, out)
+    print(f"run directory: {session.run_dir}" + (f"\ncheckpoint: {out}" if out else ""))
     return 0

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, _ = load_policy(args.policy, dtype=session.dtype, device=session.device)
     console = Console(stderr=True)
     with session.begin({**sweep_setup(config), **run_meta(model, [], dtype=session.dtype)}):
-        rows = sweep(model, tokenizer, config, session.writer, log=lambda r: console.log(
+        rows = sweep(model, tokenizer, config, session, log=lambda r: console.log(
             f"{r['task']} T={r['temperature']:g}: reward {r['reward']:.3f} ({r['wall_s']:.0f} s)"))
         write_table(session.run_dir, rows)
     print_table(rows)

@@ -11,13 +11,12 @@ The recipe (data, frozen backbone, target at the rollout temperature, optimiser)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
-from bebop.commands.flags import FIELD_FLAGS, flag_of, from_record, given, recorded_config, resumed
+from bebop.commands.flags import preset_or_record
 from bebop.commands.outputs import check_out, check_run_dir
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.heads.config import OBJECTIVES, TrainMTPConfig
@@ -91,16 +90,7 @@ def config_and_note(args: argparse.Namespace) -> tuple[TrainMTPConfig, str | Non
     config with the flags given held against it, and the line that says what they changed
     (`bebop.commands.flags.resumed`)."""
     base = TrainMTPConfig.tiny(args.objective) if args.tiny else TrainMTPConfig(objective=args.objective)
-    fields = _flag_fields(args)
-    recorded = recorded_config(args.run_dir) if args.resume else None
-    if recorded is None:
-        return dataclasses.replace(base, **fields), None
-    run, typed = from_record(TrainMTPConfig, recorded), given(args)
-    wanted = {k: v for k, v in fields.items() if FIELD_FLAGS.get(k, k) in typed}
-    tiny = {k: v for k, v in dataclasses.asdict(base).items() if v != getattr(TrainMTPConfig(), k)} if args.tiny else {}
-    changes, note = resumed(run, {**tiny, **wanted}, TrainMTPConfig.RESUMABLE, f"--run-dir {args.run_dir}",
-                            lambda k: flag_of(k) if k in wanted else f"--tiny ({flag_of(k)})")
-    return dataclasses.replace(run, **changes), note
+    return preset_or_record(base, _flag_fields(args), args)
 
 
 def _flag_fields(args: argparse.Namespace) -> dict:

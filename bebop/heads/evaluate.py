@@ -61,7 +61,7 @@ from bebop.metrics import derive, fit_entropy_law
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 from bebop.play import Completion, complete
-from bebop.runlog import RunWriter
+from bebop.runlog.session import RunSession
 from bebop.runlog.setup import one_or_all, setup_keys
 from bebop.verify import METHODS
 
@@ -192,11 +192,12 @@ def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples,
     return row, completions
 
 
-def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, writer: RunWriter | None = None,
+def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, run: RunSession | None = None,
           progress: bool = True, tasks: dict[str, Task] | None = None) -> list[dict]:
-    """All (task, temperature, head, method) rows; per-token records go to the writer's `tokens` stream. `tasks`:
-    config.tasks as the job got them (`bebop.data.tasks.get`; None: got here)."""
-    rows = []
+    """All (task, temperature, head, method) rows; with `run` (opened by `bebop.runlog.session` and begun), per-token
+    records go to its `tokens` stream and each row to its status. `tasks`: config.tasks as the job got them
+    (`bebop.data.tasks.get`; None: got here)."""
+    rows, writer = [], None if run is None else run.writer
     tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
     # prompt lookup's q is one-hot: RS tests what TO tests, so it runs once, as TO
     cells = [(task_name, temperature, label, method) for task_name in config.tasks

@@ -7,8 +7,14 @@ VS Code) plus a static PNG (what nbconvert's HTML and GitHub show). The PNG is d
 Chrome or Chromium, through one kaleido server kept for the kernel's life: about 2 s to start, then 0.1-0.2 s per
 figure, instead of a browser started per figure. No `text/html` goes in the bundle: GitHub prefers HTML to PNG and
 strips its scripts, which would leave an empty box. Without kaleido or a browser the fallback is `notebook`, which
-embeds plotly.js itself (interactive and offline in nbconvert's HTML; blank on GitHub). A PLOTLY_RENDERER set by
-the user wins over both.
+embeds plotly.js itself (interactive and offline in nbconvert's HTML; blank on GitHub), and the setup cell says in
+one line what to install for PNGs. A PLOTLY_RENDERER set by the user wins over both.
+
+Never a hang. kaleido's server runs in a thread: when it cannot start a browser that thread dies, and every figure
+sent to it then waits forever for an answer (kaleido 1.5). So the browser is looked for first, as choreographer
+looks for it (its own download, $BROWSER_PATH, PATH, the usual install paths), which starts nothing; only when one
+is there does a trial figure run, in a subprocess killed after TRIAL_S, and then once more in this kernel's server,
+waited for at most TRIAL_S.
 
 Runs. A notebook opened in Jupyter runs in `notebooks/`, so a relative `runs` would land in `notebooks/runs/`,
 where `bebop dashboard` (started from the repository, reading ./runs or $BEBOP_RUNS) never looks.
@@ -18,6 +24,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -27,6 +36,10 @@ import plotly.io as pio
 STATIC = "plotly_mimetype+png"  # interactive where a frontend draws Plotly, a PNG everywhere else
 FALLBACK = "plotly_mimetype+notebook"  # no PNG possible: plotly.js embedded in the output instead
 PNG_WIDTH, PNG_SCALE = 900, 1.5  # the notebook column's width; 1.5x for sharp text on high-density screens
+TRIAL_S = 60.0  # a trial figure's bound, far above a browser's start (seconds) even on a busy machine
+INSTALL_BROWSER = "install Chrome or Chromium (Debian/Ubuntu: sudo apt-get install chromium) or run kaleido_get_chrome"
+_TRIAL = ("import kaleido; kaleido.calc_fig_sync({'data': [], 'layout': {}}, "
+          "opts={'format': 'png', 'width': 20, 'height': 20}, kopts={'mathjax': False})")
 
 
 def use_renderer() -> str:
@@ -35,27 +48,92 @@ def use_renderer() -> str:
         return pio.renderers.default  # Plotly read it at import: the user's choice
     # Plotly passes kaleido its (empty) options even when a server runs, and kaleido then warns under every figure.
     warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
-    pio.renderers.default = STATIC if _kaleido_draws() else FALLBACK
+    missing = _png_missing()
+    if missing:
+        print(f"Figures embed plotly.js (interactive here and in nbconvert's HTML, blank on GitHub): {missing}. "
+              f"For PNG figures too: {INSTALL_BROWSER}, then restart the kernel.")
+    pio.renderers.default = FALLBACK if missing else STATIC
     png = pio.renderers["png"]
     png.width, png.scale = PNG_WIDTH, PNG_SCALE
     return pio.renderers.default
 
 
-def _kaleido_draws() -> bool:
-    """Whether kaleido can draw a PNG here: the package, a browser it finds, and one trial figure."""
+def browser() -> str | None:
+    """The Chrome or Chromium kaleido would start, found as choreographer finds it, without starting anything;
+    None when there is none (a path that names no executable file counts as none)."""
+    if importlib.util.find_spec("choreographer") is None:
+        return None
+    from choreographer.browsers import Chromium
+
+    path = Chromium.find_browser(skip_local=False)
+    return path if path and Path(path).is_file() and os.access(path, os.X_OK) else None
+
+
+def _png_missing() -> str | None:
+    """What keeps kaleido from drawing PNGs here, in words (None: nothing, and its server is running)."""
     if importlib.util.find_spec("kaleido") is None:
+        return "kaleido is not installed (pip install kaleido)"
+    path = browser()
+    if path is None:
+        return "kaleido found no Chrome or Chromium"
+    if not _draws_in_a_subprocess():
+        return f"kaleido could not draw a trial figure with {path} (within {TRIAL_S:.0f} s)"
+    if not _draws_in_this_kernel():
+        return f"kaleido's server could not draw a trial figure with {path} (within {TRIAL_S:.0f} s)"
+    return None
+
+
+def _draws_in_a_subprocess() -> bool:
+    """One tiny figure drawn by kaleido in a subprocess: a browser that never answers costs TRIAL_S, then the
+    trial is killed with the processes it started."""
+    trial = subprocess.Popen([sys.executable, "-c", _TRIAL], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return trial.wait(timeout=TRIAL_S) == 0
+    except subprocess.TimeoutExpired:
+        _kill_with_children(trial)
         return False
+
+
+def _kill_with_children(process: subprocess.Popen) -> None:
+    """Kill a process and its descendants: choreographer starts the browser in a session of its own, which killing
+    a process group would miss. psutil comes with every Jupyter kernel (ipykernel needs it); without it only the
+    process itself is killed, and the browser, its stdin closed, is left to exit."""
+    try:
+        import psutil
+
+        children = psutil.Process(process.pid).children(recursive=True)
+    except Exception:  # no psutil, or the process is gone already
+        children = []
+    process.kill()
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:  # exited meanwhile
+            pass
+    process.wait()
+
+
+def _draws_in_this_kernel() -> bool:
+    """Start this kernel's kaleido server and draw one tiny figure through it, waiting at most TRIAL_S: the thread
+    waiting on a server that died is abandoned (a daemon), never joined."""
     import kaleido
 
-    try:
-        # mathjax=False: kaleido's page would otherwise load MathJax from a CDN, which fails offline (no figure
-        # here uses LaTeX)
-        kaleido.start_sync_server(silence_warnings=True, mathjax=False)
-        pio.to_image(go.Figure(), format="png", width=20, height=20)
-        return True
-    except Exception:  # no Chrome/Chromium (kaleido.errors.ChromeNotFoundError), or it would not start
-        kaleido.stop_sync_server(silence_warnings=True)
-        return False
+    # mathjax=False: kaleido's page would otherwise load MathJax from a CDN, which fails offline (no figure here
+    # uses LaTeX)
+    kaleido.start_sync_server(silence_warnings=True, mathjax=False)
+    drawn: list[bool] = []
+
+    def draw() -> None:
+        try:
+            pio.to_image(go.Figure(), format="png", width=20, height=20)
+            drawn.append(True)
+        except Exception:  # the browser would not start, or failed the figure
+            kaleido.stop_sync_server(silence_warnings=True)
+
+    waiter = threading.Thread(target=draw, name="bebop-kaleido-trial", daemon=True)
+    waiter.start()
+    waiter.join(TRIAL_S)
+    return bool(drawn)
 
 
 def repository(start: Path | None = None) -> Path | None:

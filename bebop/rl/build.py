@@ -95,8 +95,8 @@ class RLRun:
             check_head_fits(head.config, model.config)
         prompt_format = job_prompt_format(config, tokenizer)  # a template the tokenizer lacks: refused here
         head = copy.deepcopy(head).float().to(session.device).eval() if head is not None and config.uses_head else None
-        backend = rollout_backend(config.backend, model, head, session.dtype, session.device,
-                                  config.generation(seed=config.seed), world=distributed.world())
+        backend = rollout_backend(config.backend, model, head, session.dtype, session.device, config.generation,
+                                  world=distributed.world())
         rollouts = Rollouts(backend, self.task, tokenizer, prompt_format)
         meta = {"policy_parameters": model.num_parameters(),
                 **run_meta(model, [] if head is None else [head], dtype=session.dtype),

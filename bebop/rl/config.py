@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from typing import Any, ClassVar
 
 from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
@@ -113,8 +114,9 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         parse_shadow_specs(self.shadow_heads)
 
     def _check_depth(self) -> None:
-        """What the engine is asked for is checked by building it (`generation`: max_new_tokens, temperature, γ,
-        max_gamma, method, by the engine's rules, under this config's names); what RL adds is checked here."""
+        """What the engine is asked for is checked by building it, once (`generation`, the template every rollout
+        call's config is made from: max_new_tokens, temperature, γ, max_gamma, method, by the engine's rules, under
+        this config's names); what RL adds is checked here."""
         check_ints(self, ("gamma",), low=1, also=("auto",))  # plain decoding is --rollout none, not γ 0
         check_number(self, "temperature", low=0, open_low=True)  # RL samples: no greedy rollouts
         if self.gamma == "auto" and self.backend == "vllm":
@@ -122,7 +124,7 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
                              "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
                              "(RLConfig.gamma 3, say)")
         try:
-            self.generation()
+            self.generation  # built here, carried from here on
         except ValueError as err:
             raise ValueError(str(err).replace("GenerationConfig.", "RLConfig.")) from None
 
@@ -171,14 +173,16 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
                     lr=1e-3, checkpoint_every=1, samples_per_step=2, dtype="fp32", threads=1)
         return cls(**{**base, **renamed(overrides)})
 
-    def generation(self, seed: int | None = None) -> GenerationConfig:
-        """The engine's `GenerationConfig` of this run's rollouts, the one place an RL config becomes one: method
-        "none" is plain decoding (γ 0, no draft to verify), else the run's method and depth; under γ "auto" the
-        engine's depth controller chooses each step's γ in 0..max_gamma. `seed`: the call's (`Trainer`: per step
-        and rank; the rollout backend: the run's)."""
+    @cached_property
+    def generation(self) -> GenerationConfig:
+        """The engine's `GenerationConfig` of this run's rollouts, the one place an RL config becomes one, built (and
+        so checked) once when the config is made: method "none" is plain decoding (γ 0, no draft to verify), else
+        the run's method and depth; under γ "auto" the engine's depth controller chooses each step's γ in
+        0..max_gamma. Its seed is the run's: the rollout backend is built from it as it is, and each step's call
+        from it with that step's and rank's seed (`Trainer`: `dataclasses.replace(generation, seed=...)`)."""
         drafts = {"gamma": self.gamma, "method": self.method} if self.uses_head else {"gamma": 0}
         return GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                max_gamma=self.max_gamma, seed=seed, **drafts)
+                                max_gamma=self.max_gamma, seed=self.seed, **drafts)
 
     @property
     def draft_depth(self) -> int:

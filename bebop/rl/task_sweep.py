@@ -46,7 +46,7 @@ from bebop.data.tasks.gym_spec import PREFIX, is_gym_spec
 from bebop.engine import Engine, GenerationConfig
 from bebop.metrics import rate_difference_interval, rate_interval
 from bebop.play import complete
-from bebop.runlog import RunWriter
+from bebop.runlog.session import RunSession
 from bebop.runlog.setup import one_or_all, setup_keys
 
 SWEEP_SEED = 4_242  # problems come from the held-out split, and from a seed no other job draws with
@@ -111,10 +111,11 @@ def grid_specs(dataset: str, axes: list[str]) -> tuple[str, ...]:
     return tuple(specs)
 
 
-def sweep(model, tokenizer, config: TaskSweepConfig, writer: RunWriter | None = None,
-          log=None) -> list[dict]:
-    """One row per (task, temperature) in config order (module docstring); `log(row)` after each, if given."""
+def sweep(model, tokenizer, config: TaskSweepConfig, run: RunSession | None = None, log=None) -> list[dict]:
+    """One row per (task, temperature) in config order (module docstring); with `run` (opened by
+    `bebop.runlog.session` and begun), each row and a few samples go to its streams; `log(row)` after each, if given."""
     engine, fmt = Engine(model), job_prompt_format(config, tokenizer)
+    writer = None if run is None else run.writer
     rows = []
     for name in config.tasks:
         task = GymTask(name).heldout()

@@ -34,7 +34,7 @@ import copy
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -154,7 +154,7 @@ class Trainer:
         seed = step_seed(c.seed, step)
         examples = sample_examples(self.rollouts.task, c.prompts_per_step, c.group_size, seed, c.level)
         examples = rank_block(examples, self.rank, self.world)  # the ranks' blocks, in order, are the global batch
-        generation = c.generation(seed=rank_seed(seed, self.rank))  # the run's rollouts, this step's and rank's seed
+        generation = replace(c.generation, seed=rank_seed(seed, self.rank))  # the run's template, this step's seed
         return self.rollouts.collect(examples, generation, policy_version=version)
 
     # ----------------------------------------------------------------------------------------- update

@@ -174,6 +174,8 @@ class RowsTask(Task):
         return len(self.rows)
 
     def sample(self, n: int, seed: int, *, level: int | None = None) -> list[Example]:
+        import torch  # here, as in Rng: task names and specs are checked before torch loads
+
         self._check_sample(n, level)
         rng = Rng.from_seed(seed)
         order: list[int] = []
