@@ -20,7 +20,6 @@ import pandas as pd
 import streamlit as st
 
 from bebop import metrics, plots, speedup
-from bebop.rl.draft_health import replay
 from bebop.runlog import Run, RunInfo, list_runs, load_run
 from bebop.runlog.setup import SETUP_KEYS, SYNTHETIC, head_of, is_synthetic, made_by, policy_of
 
@@ -46,7 +45,6 @@ STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "interr
                 "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
 _COLORS = "_bebop_colors"  # session key: {run label: colour}
-_HEALTH = "_bebop_health"  # session key: {(run label, train rows): the train stream, draft health replayed}
 MISSING = "—"  # what a table cell shows where a run has no such value
 
 
@@ -272,54 +270,6 @@ def note_made_by(named: Mapping[str, Mapping]) -> None:
         st.caption(f":material/memory: {', '.join(f'`{n}`' for n in names)}: {text}")
 
 
-def show_warnings(named: Mapping[str, list[Mapping]], shown: int = 3) -> None:
-    """One alert per run that raised warnings ({label: its `warnings` records}): how many, and the latest `shown`
-    with their steps."""
-    for name, records in named.items():
-        if not records:
-            continue
-        lines = [f"- {_at_step(r.get('step'))}{r.get('message', '')}" for r in records[-shown:]]
-        earlier = len(records) - len(lines)
-        st.warning(f"`{name}` raised {len(records)} warning{'s' * (len(records) > 1)}"
-                   + (f" (the latest {len(lines)}; all in its warnings.jsonl)" if earlier else "") + ":\n"
-                   + "\n".join(lines), icon=":material/warning:")
-
-
-def health(name: str, train: pd.DataFrame) -> pd.DataFrame:
-    """`train` with its `draft_health/*` fields replayed by the current monitor (`bebop.rl.draft_health.replay`), so a
-    run written before the alarm read its sign or bootstrapped its steps reads as the monitor reads now. Kept in the
-    session per run and length: a live page redraws without replaying."""
-    cache: dict = st.session_state.setdefault(_HEALTH, {})
-    key = (name, len(train))
-    if key not in cache:
-        replayed = pd.DataFrame(replay(train.to_dict("records")), index=train.index)
-        cache[key] = pd.concat([train.drop(columns=[c for c in train.columns if c.startswith("draft_health/")]),
-                                replayed], axis=1)
-    return cache[key]
-
-
-def run_warnings(name: str, run: Run) -> list[dict]:
-    """The run's warnings as its page shows them: the stored ones but the draft-health alarms, which are replayed
-    (`health`): one per stretch of alarmed steps, where it starts."""
-    stored = [w for w in (run.streams["warnings"].to_dict("records") if "warnings" in run.streams else [])
-              if w.get("source") != "draft_health"]
-    train = run.streams.get("train")
-    if train is None or "step" not in train.columns or not len(train):
-        return stored
-    replayed, alarmed = [], False
-    for record in health(name, train).to_dict("records"):
-        alarm = record.get("draft_health/alarm") == 1.0
-        if alarm and not alarmed:
-            replayed.append({"step": record["step"], "source": "draft_health",
-                             "message": record["draft_health/warning"]})
-        alarmed = alarm
-    return sorted(stored + replayed, key=lambda w: w.get("step", -1) if _is_number(w.get("step")) else -1)
-
-
-def _at_step(step: Any) -> str:
-    return f"step {int(step)}: " if _is_number(step) and not np.isnan(step) else ""
-
-
 def spec_gaps(trains: Mapping[str, pd.DataFrame]) -> dict[str, list[str]]:
     """Runs that log some speculative counters but not all that pooling needs: {run: missing fields}."""
     gaps = {name: plots.missing_spec(train) for name, train in trains.items()}
@@ -346,7 +296,7 @@ def run_colors(names: Iterable[str]) -> dict[str, str]:
     return {name: given[name] for name in names}
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -374,7 +324,7 @@ def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
     for column in table.columns:
         values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
         present = [v for v in values if not _missing(v)]
-        numeric = bool(present) and all(_is_number(v) for v in present)
+        numeric = bool(present) and all(is_number(v) for v in present)
         pattern = (formats or {}).get(column) or ("%.4g" if numeric and any(isinstance(v, float) for v in present)
                                                    else None)
         if len(present) < len(values) or len({type(v) for v in present}) > 1 and not numeric:

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from bebop import metrics, plots, speedup
-from bebop.app import state
+from bebop.app import alerts, state
 
 root, infos, chosen, message = state.selected()
 state.title("Live", chosen)
@@ -45,7 +45,7 @@ def recent(train, rows: int = 10) -> dict:
 @st.fragment(run_every=run_every)
 def headline() -> None:
     runs = state.load_runs(chosen, root)
-    state.show_warnings({name: state.run_warnings(name, run) for name, run in runs.items()})
+    alerts.show_warnings({name: alerts.run_warnings(name, run) for name, run in runs.items()})
     trains = state.trains(runs)
     now = time.time()
     rows = []

@@ -3,7 +3,7 @@ strategy), the warnings it raised, and its config."""
 
 import streamlit as st
 
-from bebop.app import state
+from bebop.app import alerts, state
 
 root, infos, chosen, message = state.selected()
 state.title("Runs", infos)
@@ -16,9 +16,9 @@ if message:
 warned = {state.label(info, root): info for info in infos if info.warnings}
 replayed = state.load_runs([info for info in warned.values()
                             if any(w.get("source") == "draft_health" for w in info.warnings)], root, notify=False)
-warnings = {name: state.run_warnings(name, replayed[name]) if name in replayed else info.warnings
+warnings = {name: alerts.run_warnings(name, replayed[name]) if name in replayed else info.warnings
             for name, info in warned.items()}
-state.show_warnings(warnings)
+alerts.show_warnings(warnings)
 table = state.runs_table(infos, root, {name: len(records) for name, records in warnings.items()})
 counts = table["state"].value_counts()
 cols = st.columns(4)

@@ -4,7 +4,7 @@ work (`bebop.speedup`: the pairing, the statistic and the prediction `bebop demo
 import streamlit as st
 
 from bebop import plots, speedup
-from bebop.app import state
+from bebop.app import alerts, state
 from bebop.plots import speed as speed_plots
 
 root, infos, chosen, message = state.selected()
@@ -95,7 +95,7 @@ if not depths.empty:
                "its own step timings per rows bucket (`engine/cost/{rows}/{γ}`). γ = 0 is plain decoding.")
 
 # Draft health (bebop.rl.draft_health, replayed with this code): the entropy law's residual; an alarm reads its sign.
-health = speed_plots.draft_health({name: state.health(name, train) for name, train in trains.items()})
+health = speed_plots.draft_health({name: alerts.health(name, train) for name, train in trains.items()})
 if not health.empty:
     st.subheader("Draft health")
     alarms = health[health["alarm"] > 0]
