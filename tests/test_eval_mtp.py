@@ -88,7 +88,7 @@ def test_sweep_rows_and_token_records_match_the_counters(policy, tokenizer, tmp_
     # says why for every pair (tests/test_cli_errors.py checks the fits the law's own range allows)
     assert all(r["draft_entropy_mean"] > NEAR_UNIFORM * r["max_entropy"] for r in rows)
     assert fit_slopes(rows) == [] and all("near uniform" in why for why in unfitted(rows, []).values())
-    assert len(unfitted(rows, [])) == len(heads) * len(config.methods)
+    assert len(unfitted(rows, [])) == len(heads) * len(config.methods) * len(config.tasks)
 
 
 def test_complete_pools_counters_at_chosen_depths_and_skips_dtv_when_asked(policy, tokenizer):
@@ -196,3 +196,21 @@ def test_fits_speak_accept_length_per_nat_and_leave_out_near_uniform_points():
     text = out.getvalue()
     assert "accept length per nat" in text and "(-0.200 [" in text and "-0.600 [" in text
     assert "1 point(s) above 7.6 nats" in text and "tok/s" not in text  # the flag printed; no unstable speed column
+
+
+def test_fits_draw_one_line_per_task():
+    """Tasks sit at their own levels (a head that never saw code accepts little of it at any entropy): one line per
+    task, each with its own slope, never one line across both, which would measure the gap between them."""
+    rows = []
+    for task, level, slope in (("math", 0.6, -0.15), ("jsonl:/data/code.jsonl", 0.07, 0.0)):
+        for t, h in ((0.3, 0.1), (0.5, 0.3), (0.7, 0.6), (1.0, 1.2)):
+            rate = level + slope * h
+            rows.append({"task": task, "temperature": t, "head": "ce", "method": "to", "acceptance_rate": rate,
+                         "accept_length": 1 + 3 * rate, "draft_entropy_mean": h + (task == "math") * 0.05,
+                         "max_entropy": math.log(49_152)})
+    fits = {f["task"]: f for f in fit_slopes(rows)}
+    assert set(fits) == {"math", "jsonl:/data/code.jsonl"}
+    assert fits["math"]["slope"] == pytest.approx(-0.15) and fits["math"]["length_slope"] == pytest.approx(-0.45)
+    assert fits["jsonl:/data/code.jsonl"]["slope"] == pytest.approx(0.0, abs=1e-9)
+    assert unfitted(rows, list(fits.values())) == {}
+    assert set(unfitted(rows, [fits["math"]])) == {("jsonl:/data/code.jsonl", "ce", "to")}  # named by its task

@@ -34,6 +34,7 @@ from bebop.heads.evaluate import (
     EvalMTPConfig,
     eval_setup,
     fit_slopes,
+    short_task,
     sweep,
     table2_cells,
     unfitted,
@@ -124,25 +125,25 @@ def _print_table2(rows: list[dict], console: Console) -> None:
 
 def _print_fits(rows: list[dict], fits: list[dict], console: Console) -> None:
     reasons: dict[str, list[str]] = {}
-    for (head, method), why in unfitted(rows, fits).items():  # say why, rather than print an empty table
-        reasons.setdefault(why, []).append(f"{head} {method}")
+    for (task, head, method), why in unfitted(rows, fits).items():  # say why, rather than print an empty table
+        reasons.setdefault(why, []).append(f"{short_task(task)} {head} {method}")
     for why, names in reasons.items():
         console.print(f"entropy law: no fit for {', '.join(names)}: {why}", soft_wrap=True)
     if not fits:
         return
-    fit_table = Table(title="entropy law over the sweep (finding 1): accept length per nat of the drafted positions' "
-                            "entropy [95% CI], R² (acceptance rate per nat)")
-    for col in ("head", "method", "accept length per nat [95% CI]", "R²", "(acceptance per nat [95% CI], R²)",
+    fit_table = Table(title="entropy law over the sweep, one line per task (finding 1): accept length per nat of the "
+                            "drafted positions' entropy [95% CI], R² (acceptance rate per nat)")
+    for col in ("task", "head", "method", "accept length per nat [95% CI]", "R²", "(acceptance per nat [95% CI], R²)",
                 "points"):
         fit_table.add_column(col, justify="right")
     for f in fits:
-        fit_table.add_row(f["head"], f["method"], f"{f['length_slope']:+.3f} {_ci(f['length_slope_ci'])}",
-                          f"{f['length_r2']:.2f}", f"({f['slope']:+.3f} {_ci(f['slope_ci'])}, {f['r2']:.2f})",
-                          str(f["n"]))
+        fit_table.add_row(short_task(f["task"]), f["head"], f["method"],
+                          f"{f['length_slope']:+.3f} {_ci(f['length_slope_ci'])}", f"{f['length_r2']:.2f}",
+                          f"({f['slope']:+.3f} {_ci(f['slope_ci'])}, {f['r2']:.2f})", str(f["n"]))
     console.print(fit_table)
     for f in fits:  # what the points cannot support (bebop.entropy_law): said under the table, never dropped
         for flag in f.get("flags", ()):
-            console.print(f"{f['head']} {f['method']}: {flag}", soft_wrap=True)
+            console.print(f"{short_task(f['task'])} {f['head']} {f['method']}: {flag}", soft_wrap=True)
 
 
 def _ci(interval) -> str:

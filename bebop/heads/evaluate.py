@@ -19,7 +19,7 @@ entropy-law fit needs at least 3 distinct draft entropies (temperatures x tasks)
 Run directory (kind "eval-mtp"):
     table.csv / table.json   one row per (task, temperature, head, method)
     table2.csv               Table 2 layout: RS acceptance % at the temperature nearest 1, heads x tasks
-    fits.json                acceptance = a + slope·entropy per (head, method) over the sweep's points
+    fits.json                acceptance = a + slope·entropy per (task, head, method) over the temperatures
     tokens.jsonl             one record per reached draft position: task, temperature, head, method, pos,
                              entropy (H(p) at that position, nats), accepted (0/1): fit the entropy law
                              per token with `bebop.metrics.fit_entropy_law` from these
@@ -207,7 +207,7 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, ru
     with _progress(progress) as bar:
         job = bar.add_task("eval-mtp", total=len(cells))
         for task_name, temperature, label, method in cells:
-            name = f"{_short(task_name)} T={temperature} {label} {method}"
+            name = f"{short_task(task_name)} T={temperature} {label} {method}"
             bar.update(job, description=name)
             start = time.perf_counter()
             row, completions = evaluate_one(model, tokenizer, heads[label], tasks[task_name], examples[task_name],
@@ -233,8 +233,8 @@ def _progress(shown: bool) -> Progress:
                     disable=not shown)
 
 
-def _short(task_name: str) -> str:
-    """A task's name for a progress line: a dataset by its file name, not its path."""
+def short_task(task_name: str) -> str:
+    """A task's name for a progress line or a table: a dataset by its file name, not its path."""
     kind, _, path = task_name.partition(":")
     return f"{kind}:{Path(path).name}" if path and kind in ("jsonl", "parquet") else task_name
 
@@ -248,14 +248,15 @@ def eval_setup(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
 
 # ----------------------------------------------------------------------------------------------- tables
 def fit_slopes(rows: list[dict]) -> list[dict]:
-    """The entropy law per (head, method) over the (task, temperature) points, in both units of the findings:
+    """The entropy law per (task, head, method) over the temperatures' points, in both units of the findings:
     acceptance_rate = a + slope·draft_entropy_mean (slope, slope_ci, r2, intercept, n) and accept_length the same
     way (length_slope, length_slope_ci, length_r2), with what the points cannot support (flags: the rate fit's,
-    `bebop.entropy_law.EntropyFit.flags`). Points where the policy is near uniform (rows' max_entropy = ln V) are
-    left out of both."""
+    `bebop.entropy_law.EntropyFit.flags`). One line per task: tasks sit at their own levels (a head that never saw
+    code accepts little of it at any entropy), so a line through several measures the gap between them. Points where
+    the policy is near uniform (rows' max_entropy = ln V) are left out of both."""
     fits = []
-    for head, method in dict.fromkeys((r["head"], r["method"]) for r in rows):
-        points = [r for r in rows if r["head"] == head and r["method"] == method
+    for task, head, method in dict.fromkeys(_series(r) for r in rows):
+        points = [r for r in rows if _series(r) == (task, head, method)
                   and math.isfinite(r["draft_entropy_mean"]) and math.isfinite(r["acceptance_rate"])]
         if len({round(r["draft_entropy_mean"], 9) for r in points}) < MIN_FIT_POINTS:
             continue  # a line through 2 points always fits: no test of the law, and no interval on its slope
@@ -266,18 +267,23 @@ def fit_slopes(rows: list[dict]) -> list[dict]:
                             for key in ("acceptance_rate", "accept_length"))
         except ValueError:  # the points below the near-uniform entropies are too few for a line
             continue
-        fits.append({"head": head, "method": method, "slope": rate.slope, "intercept": rate.intercept,
+        fits.append({"task": task, "head": head, "method": method, "slope": rate.slope, "intercept": rate.intercept,
                      "r2": rate.r2, "slope_ci": list(rate.slope_ci), "n": rate.n, "length_slope": length.slope,
                      "length_slope_ci": list(length.slope_ci), "length_r2": length.r2, "flags": list(rate.flags)})
     return fits
 
 
-def unfitted(rows: list[dict], fits: list[dict]) -> dict[tuple[str, str], str]:
-    """Why each (head, method) of `rows` has no fit in `fits`: too few temperatures, or too few below the entropies
-    where the policy is near uniform (`bebop.entropy_law.NEAR_UNIFORM`)."""
-    fitted, out = {(f["head"], f["method"]) for f in fits}, {}
-    for pair in dict.fromkeys((r["head"], r["method"]) for r in rows):
-        points = [r for r in rows if (r["head"], r["method"]) == pair and math.isfinite(r["draft_entropy_mean"])]
+def _series(row: dict) -> tuple[str, str, str]:
+    """What one entropy-law line is fitted over: a task, a head and a method, across temperatures."""
+    return row["task"], row["head"], row["method"]
+
+
+def unfitted(rows: list[dict], fits: list[dict]) -> dict[tuple[str, str, str], str]:
+    """Why each (task, head, method) of `rows` has no fit in `fits`: too few temperatures, or too few below the
+    entropies where the policy is near uniform (`bebop.entropy_law.NEAR_UNIFORM`)."""
+    fitted, out = {_series(f) for f in fits}, {}
+    for pair in dict.fromkeys(_series(r) for r in rows):
+        points = [r for r in rows if _series(r) == pair and math.isfinite(r["draft_entropy_mean"])]
         distinct = {round(r["draft_entropy_mean"], 9) for r in points}
         ln_v = min((r.get("max_entropy", math.inf) for r in points), default=math.inf)
         if pair in fitted:
