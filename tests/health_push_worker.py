@@ -26,7 +26,7 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
     from bebop.tasks import get
 
     default = load_default(dtype=torch.float32)
-    config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 2 + HealthConfig().window,
+    config = RLConfig.tiny(backend=backend, method="rs", gamma=3, mode="sync", steps=at + 2 + HealthConfig().window,
                            prompts_per_step=4,
                            group_size=4, max_new_tokens=32, checkpoint_every=0)
     trainer = build_trainer(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
