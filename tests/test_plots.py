@@ -51,8 +51,9 @@ def test_acceptance_vs_entropy_scatter_and_fit():
         drawn_slope = (line.y[1] - line.y[0]) / (line.x[1] - line.x[0])
         assert drawn_slope == pytest.approx(fit.slope)
         assert line.y[0] == pytest.approx(fit.intercept + fit.slope * line.x[0])
-        assert f"slope {fit.slope:+.2f}/nat" in scatter.name and f"R² {fit.r2:.2f}" in scatter.name
+        assert f"slope {fit.slope:+.2f} [" in scatter.name and f"R² {fit.r2:.2f}" in scatter.name  # with its CI
     fits = plots.entropy_fits(points).set_index("run")
+    assert (fits["slope_lo"] < fits["slope"]).all() and (fits["slope"] < fits["slope_hi"]).all()
     assert fits.loc["rs-ce", "slope"] < -1.0 < fits.loc["rs-tv", "slope"]  # the steep law and the flat one
 
 

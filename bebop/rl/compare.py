@@ -30,7 +30,6 @@ def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress
 def summarize(records: list[dict]) -> dict:
     """Timings by `speedup.STATISTIC` (medians over the steady steps: neither the first nor the last), means of
     reward/entropy over every step, pooled spec rates."""
-    timed = speedup.steady(records)
     update = [{"u": r["timing_s/update_actor"] + r["timing_s/update_mtp"]} for r in records]
     out = {
         "steps": len(records),
@@ -44,7 +43,7 @@ def summarize(records: list[dict]) -> dict:
         "groups_with_signal": statistics.fmean(r.get("critic/groups_with_signal", math.nan) for r in records),
         "entropy": statistics.fmean(r["actor/entropy"] for r in records),
         "response_length": statistics.fmean(r["response_length/mean"] for r in records),
-        "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),
+        "tokens_per_s": speedup.median(records, "perf/throughput"),
     }
     if "spec/num_drafts" in records[0]:
         quarter = max(1, len(records) // 4)
