@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
-                        help="draft depths of the MTP runs, each an int >= 1 or 'auto' (chosen per engine step); "
+                        help="draft depths of the MTP runs, each an int >= 1, 'auto' (chosen per engine step) or 'rows' "
+                             "(each row its own per step); "
                              "several are timed in the same interleaved rounds (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times")
     parser.add_argument("--micro-batch-tokens", type=int, default=RLConfig.micro_batch_tokens,
