@@ -6,6 +6,12 @@ replicate the paper's findings on it: there a claim that does not hold is the re
 the notebook goes on to print what it measured. Invariants that hold by algebra (bounds, losslessness, gradients
 equal to their closed forms) are not claims: notebooks assert them under every profile.
 
+A claim about the entropy law goes through `law`, which reads the fit the one way every page does
+(`bebop.entropy_law.EntropyFit`): its numbers are the fit's `reading()` (slope, interval, R², points and what the
+points cannot support), and a fit whose line rests on the layout of its points (separated clusters, one point that sets
+it) holds only if the fit its flag points to holds too. No claim is kept because the line through two clusters reads
+well.
+
 Some of the paper's findings do not show on the tiny policy (too small a vocabulary, heads adapted from one base).
 Those are `expect`ed: recorded and never raised under any profile, each with the reason it may fail, so the
 notebook's reading, written by `markdown()` from what was recorded, says which held and why the others did not,
@@ -14,6 +20,7 @@ instead of prose that promises what the numbers beside it contradict.
     claims = Claims(strict=profile != "real")
     claims.check("TO slope < 0, head ce", slope < 0 and ci_high < 0, f"{slope:+.3f} [.., {ci_high:+.3f}]")
     claims.expect("RS + CE falls like TO", ratio > 0.5, f"RS / TO slope {ratio:.2f}", why_not="...")
+    claims.law("TO falls with entropy", fit, lambda f: f.slope_ci[1] < 0)  # an EntropyFit: its reading, its flags
     claims.summary()  # one line per claim: holds / does not hold, with what was measured
     display(Markdown(claims.markdown()))  # the same as a reading: what held, what did not and why
 """
@@ -47,6 +54,18 @@ class Claims:
         """Record one of the paper's expectations, never raised: `why_not` says why this run may not show it."""
         self.claims.append(Claim(claim, bool(holds), measured, asserted=False, why_not=why_not))
         return bool(holds)
+
+    def law(self, claim: str, fit, holds, *, expect: bool = False, why_not: str = "", unit: str = "per nat") -> bool:
+        """Record a claim about the entropy law decided by `holds(fit)` on `fit` (a `bebop.entropy_law.EntropyFit`)
+        and, where the fit rests on the layout of its points, on the fit its flag points to (`EntropyFit.supports`);
+        measured: the fit's reading. `expect`: one of the paper's expectations, never raised (`why_not` required)."""
+        ok, measured = fit.supports(holds), fit.reading(unit)
+        if fit.layout and bool(holds(fit)) and not ok:
+            why_not = (f"{why_not} " if why_not else "") + "The line holds across the clusters (or through one point) " \
+                "but not within them."
+        if expect:
+            return self.expect(claim, ok, measured, why_not=why_not)
+        return self.check(claim, ok, measured, why_not=why_not)
 
     @property
     def results(self) -> list[tuple[str, bool, str]]:

@@ -35,6 +35,8 @@ COMMANDS = {
 BENCHMARKS = {
     "losses": ("bebop.commands.bench.losses", "tiled vs plain full-vocabulary TV loss: peak memory and time"),
     "engine": ("bebop.commands.bench.engine", "tokens/s of plain, TO and RS decoding against Hugging Face generate()"),
+    "step": ("bebop.commands.bench.step", "one engine step split into its phases, plain beside speculative, and "
+             "where the speedup departs from the cost model's"),
     "rl": ("bebop.commands.bench.rl", "RL step time with and without MTP+RS rollouts, sync and async"),
     "depth": ("bebop.commands.bench.depth",
               "the draft depth chosen live (--gamma auto) beside every static depth on a task's prompts"),

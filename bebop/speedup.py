@@ -15,6 +15,11 @@ of its plain partner, both timed by the engine over the same steady steps. It is
 and the Python around the loop are outside it, the two runs generated different tokens, and the steps of a shared
 CPU vary, so a measurement can land on either side of it; one beyond it is flagged with the numbers that may explain
 why (`Speedup.note`).
+
+A speedup is credited to its cause (`Speedup.credit`): drafting changes generation only, so a whole-step speedup
+larger than generation's came from outside it (the update, whose batches are the same in both runs, or the overlap
+of an async step), and a run whose answers were shorter did less work, whatever it decoded with. Both are said
+beside the number wherever it is shown (`bebop demo`, the Speed page).
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from dataclasses import dataclass
 from bebop.metrics import ENGINE_COUNTERS, engine_step_costs
 
 STATISTIC = "median over steady steps (all but each run's first and last)"
+STEP_TIME = "s / step (median)"  # how every page and table names a step time read with STATISTIC
+TOKENS_PER_S = "tokens / s (median)"  # generated tokens per second of generation, read the same way
 # What two runs must share for their step times to be a speedup (the keys of `workload`), as a reader names them.
 WORKLOAD = {"policy": "policy", "task": "task", "rows": "rows per step (prompts × group)", "mode": "mode",
             "max_new_tokens": "token budget", "temperature": "temperature", "dtype": "dtype", "device": "device",
-            "backend": "backend", "world_size": "process count"}
+            "backend": "backend", "world_size": "process count", "origin": "origin (synthetic or real)"}
 
 
 def steady(records: Sequence[Mapping]) -> list[Mapping]:
@@ -76,6 +83,7 @@ def workload(meta: Mapping) -> dict:
         "device": meta.get("device"),
         "backend": config.get("backend"),
         "world_size": meta.get("world_size"),
+        "origin": "synthetic" if meta.get("synthetic") else "real",  # a simulated run is never anyone's partner
     }
 
 
@@ -139,6 +147,8 @@ class Speedup:
     step_cost: float  # an MTP engine step (drafts, verify, catch-up) in the plain run's engine steps (NaN: not logged)
     response_ratio: float  # the MTP run's mean response length over the plain run's (steady steps)
     spread: float  # the larger run's (max - min) / median of its steady generation seconds: the timing noise
+    update: float = math.nan  # the plain run's update seconds per step over the MTP run's (STATISTIC)
+    update_s: tuple[float, float] = (math.nan, math.nan)  # (plain, MTP) update seconds per step (STATISTIC)
 
     @property
     def predicted(self) -> float:
@@ -167,6 +177,38 @@ class Speedup:
                 f"measured costs: {why}")
 
 
+    def credit(self) -> list[str]:
+        """What the measured speedups owe to something other than drafting, each with its numbers (empty when
+        nothing): a whole step faster than generation alone, and answers of a different length."""
+        notes = []
+        if self.end_to_end > self.rollout * 1.01:  # drafting only changes generation
+            plain_u, spec_u = self.update_s
+            times = f"the update ran {spec_u:.2f} s against the plain run's {plain_u:.2f} s ({self.update:.2f}x)"
+            cause = ("" if not math.isfinite(self.update) else
+                     f": {times} on the same number of rows, which drafting does not touch" if self.update > 1.01 else
+                     f": not from the update ({times}), so from how the step's parts overlapped (async) or from "
+                     "timing noise")
+            notes.append(f"end to end {self.end_to_end:.2f}x exceeds generation's {self.rollout:.2f}x, so "
+                         f"{'all' if self.rollout <= 1 else 'part'} of the whole step's gain came from outside "
+                         f"generation{cause}")
+        if abs(self.response_ratio - 1) > 0.03:  # a different length is a different amount of work
+            notes.append(f"its answers were {abs(1 - self.response_ratio):.0%} "
+                         f"{'shorter' if self.response_ratio < 1 else 'longer'} than the plain run's (median), so "
+                         f"part of each ratio is {'less' if self.response_ratio < 1 else 'more'} work, not faster "
+                         "decoding")
+        return notes
+
+
+def step_stats(records: Sequence[Mapping]) -> dict[str, float]:
+    """A run's timings by `STATISTIC`: seconds per step (`step_s`), of generation (`gen_s`) and of the update
+    (`update_s`: policy and head), and generated tokens per second (`tokens_per_s`); NaN where not logged."""
+    update = [{"u": u + (value(r, "timing_s/update_mtp") or 0.0)} for r in records
+              if (u := value(r, "timing_s/update_actor")) is not None]
+    return {"step_s": median(records, "timing_s/step"), "gen_s": median(records, "timing_s/gen"),
+            "update_s": median(update, "u") if len(update) == len(records) else math.nan,
+            "tokens_per_s": median(records, "perf/throughput")}
+
+
 def speedup(plain: Sequence[Mapping], spec: Sequence[Mapping]) -> Speedup:
     """The speedup of the MTP run (`spec`'s train records) over the plain run (`plain`'s), both read with
     `STATISTIC` and their counters pooled over the same steady steps."""
@@ -174,6 +216,7 @@ def speedup(plain: Sequence[Mapping], spec: Sequence[Mapping]) -> Speedup:
     tokens = 1 + total(spec, "spec/num_accepted_tokens") / row_steps if row_steps else math.nan
     cost = step_cost(plain, spec)
     lengths = [median(records, "response_length/mean") for records in (plain, spec)]
+    updates = [step_stats(records)["update_s"] for records in (plain, spec)]
     spreads = []
     for records in (plain, spec):
         gen = [v for r in steady(records) if (v := value(r, "timing_s/gen")) is not None]
@@ -181,7 +224,8 @@ def speedup(plain: Sequence[Mapping], spec: Sequence[Mapping]) -> Speedup:
     return Speedup(rollout=median(plain, "timing_s/gen") / median(spec, "timing_s/gen"),
                    end_to_end=median(plain, "timing_s/step") / median(spec, "timing_s/step"),
                    tokens_per_row_step=tokens, step_cost=cost,
-                   response_ratio=lengths[1] / lengths[0] if lengths[0] else math.nan, spread=max(spreads))
+                   response_ratio=lengths[1] / lengths[0] if lengths[0] else math.nan, spread=max(spreads),
+                   update=updates[0] / updates[1] if updates[1] else math.nan, update_s=(updates[0], updates[1]))
 
 
 def step_cost(plain: Sequence[Mapping], spec: Sequence[Mapping]) -> float:

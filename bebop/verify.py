@@ -58,6 +58,7 @@ def verify(
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
     validate: bool = True,
+    clock=None,
 ) -> Verdict:
     """Accept a prefix of the drafts and pick the next token, batched over rows without a Python loop.
 
@@ -65,7 +66,8 @@ def verify(
     draft_probs [B, γ, V] (q, required for "rs", unused otherwise). `validate=False` skips the value checks
     that need a host sync (token range, probabilities summing to 1); shapes and dtypes are always checked.
     The randomness is `uniforms` [B, γ+1] float64 in [0, 1) if given (the first γ decide acceptance, the last
-    draws the next token: compiled callers pass their random numbers in), else drawn from `generator`.
+    draws the next token: compiled callers pass their random numbers in), else drawn from `generator`. `clock`
+    (a `bebop.engine.phases.PhaseClock`, profiling only) is told when the acceptance tests are done ("decide").
     """
     gamma = _check(draft_tokens, target_probs, draft_probs, method, validate)
     if uniforms is None and method != "greedy":
@@ -81,6 +83,8 @@ def verify(
     else:
         accepted = uniforms[:, :gamma] < alpha  # [B, γ]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B] length of the all-accepted prefix
+    if clock is not None:
+        clock.mark("decide")
     rows = torch.arange(tokens.shape[0], device=tokens.device)  # [B]
     target_next = target_probs[rows, num_accepted]  # [B, V] p at the first rejection, or p_{γ+1}
     if method == "greedy":
@@ -92,6 +96,91 @@ def verify(
     rejected = (num_accepted < gamma)[:, None]  # [B, 1]
     next_token = sample(torch.where(rejected, residual, target_next), uniform=uniforms[:, gamma])  # [B] (no norm)
     return Verdict(num_accepted, next_token)
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """A step's drafts as `verify_scores` reads them: each row's own depth, its q kept where it was drafted.
+
+    q of a row is either a distribution over the draft vocabulary S (K ids; S = the whole vocabulary when `draft_ids`
+    is None), the one its drafts were sampled from ("rs" with a head), or a one-hot at each draft (`one_hot`: "to",
+    whose draft is argmax q, and prompt lookup). A one-hot q makes rejection sampling's test p(ŷ) and its residual p
+    with ŷ taken out: exactly "to" (the module docstring), so one rule serves both.
+    """
+
+    tokens: torch.Tensor  # [B, G] long target ids; row b verifies the first depths[b] of them
+    draft_hat: torch.Tensor  # [B, G] q(ŷ) at each draft (1 where q is one-hot)
+    depths: torch.Tensor  # [B] long in 0..G: 0 decodes the row plainly (the target's draw at its pending position)
+    one_hot: torch.Tensor  # [B] bool: the row's q is a one-hot at its drafts
+    draft_probs: torch.Tensor | None = None  # [B, G, K] q over S of the rows that are not one-hot (None: none is)
+    draft_ids: torch.Tensor | None = None  # [K] long target ids of S, increasing (None: K = V, the identity)
+
+
+def acceptance_from_logp(target_logp_hat: torch.Tensor, draft_hat: torch.Tensor) -> torch.Tensor:
+    """[B, G] probability that each draft is accepted given every earlier one was: min(1, p(ŷ)/q(ŷ)), 1[p(ŷ) > 0]
+    where q(ŷ) = 0, from log p(ŷ) [B, G] (a log-normaliser away from the target's scores) and q(ŷ) [B, G]."""
+    target_hat = target_logp_hat.exp()
+    draft_hat = draft_hat.to(target_hat.dtype)
+    return torch.where(draft_hat > 0, (target_hat / draft_hat).clamp(max=1), (target_hat > 0).to(target_hat.dtype))
+
+
+def residual_from_probs(target: torch.Tensor, draft_probs: torch.Tensor | None, draft_ids: torch.Tensor | None,
+                        draft_token: torch.Tensor, one_hot: torch.Tensor,
+                        rejected: torch.Tensor | None = None) -> torch.Tensor:
+    """[..., V] unnormalised law of the recovered token where the draft draft_token [...] was rejected: max(0, p - q)
+    from p [..., V] and q, over S [..., K] spread onto draft_ids (None: q is over V), or a one-hot at the draft
+    where one_hot [...] (draft_probs may then hold anything, and is ignored). Falls back to p where the residual has
+    (numerically) no mass, as `residual_probs` does. Only the deciding positions need it: one per row. With
+    `rejected` [...] bool, p itself where it is False (the bonus draw of a row that accepted every draft)."""
+    take = ~one_hot if rejected is None else rejected & ~one_hot  # [...] rows that subtract q over S
+    hot = one_hot if rejected is None else rejected & one_hot  # [...] rows that subtract their one-hot
+    rest = target.clone()
+    if draft_probs is not None:
+        draft = draft_probs.to(target.dtype) * take[..., None]  # [..., K]
+        if draft_ids is None:
+            rest.sub_(draft)
+        else:
+            rest.index_add_(-1, draft_ids, draft, alpha=-1)
+    rest.scatter_add_(-1, draft_token[..., None], -hot[..., None].to(target.dtype)).clamp_min_(0)
+    mass = rest.sum(-1, keepdim=True)  # [..., 1]
+    return torch.where(mass > 10 * torch.finfo(target.dtype).eps, rest, target)
+
+
+def verify_scores(scores: torch.Tensor, log_normaliser: torch.Tensor, index: torch.Tensor, drafts: Drafts,
+                  uniforms: torch.Tensor, method: str = "rs", *, clock=None) -> Verdict:
+    """`verify` from the target's scores (scaled logits) at the positions a step computed, each row to its own depth.
+
+    scores [N, V] and their log-normalisers [N] (log p = scores - log_normaliser: no softmax over V at any draft
+    position); index [B, G+1] long, the row of `scores` at each row's position i (its pending token's at 0; past
+    depths[b] anything valid: never read); uniforms [B, G+1] as in `verify`. Row b accepts a prefix of its first
+    depths[b] drafts; the next token is its residual at the first rejection (`residual_from_probs`), or a draw from p
+    at position depths[b] (the bonus; at depth 0 the row's plain draw). method "rs" or "to" (the q of `drafts`
+    decides the rule: a one-hot q is "to"'s) or "greedy" (prefix matching against argmax p). No host sync. `clock`
+    as in `verify`."""
+    batch, gamma = drafts.tokens.shape
+    assert scores.ndim == 2 and index.shape == (batch, gamma + 1) and uniforms.shape == (batch, gamma + 1)
+    rows = torch.arange(batch, device=scores.device)  # [B]
+    drafted = index[:, :gamma]  # [B, G]
+    logp_hat = scores.flatten()[drafted * scores.shape[1] + drafts.tokens] - log_normaliser[drafted]  # [B, G]
+    if method == "greedy":
+        accepted = drafts.tokens == scores.argmax(-1)[drafted]  # [B, G]
+    else:
+        accepted = uniforms[:, :gamma] < acceptance_from_logp(logp_hat, drafts.draft_hat)  # [B, G]
+    accepted &= torch.arange(gamma, device=scores.device) < drafts.depths[:, None]
+    num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B]
+    if clock is not None:
+        clock.mark("decide")
+    at = index[rows, num_accepted]  # [B] the deciding position's row of scores
+    if method == "greedy":
+        return Verdict(num_accepted, scores[at].argmax(-1))
+    target_next = scores[at].sub_(log_normaliser[at, None]).exp_()  # [B, V] p there: the one softmax of the step
+    if gamma == 0:
+        return Verdict(num_accepted, sample(target_next, uniform=uniforms[:, 0]))
+    j = num_accepted.clamp(max=gamma - 1)  # [B]
+    draft_next = None if drafts.draft_probs is None else drafts.draft_probs[rows, j]  # [B, K]
+    weights = residual_from_probs(target_next, draft_next, drafts.draft_ids, drafts.tokens[rows, j], drafts.one_hot,
+                                  rejected=num_accepted < drafts.depths)  # [B, V]: p where every draft passed
+    return Verdict(num_accepted, sample(weights, uniform=uniforms[:, gamma]))
 
 
 def acceptance_probs(

@@ -32,10 +32,10 @@ from bebop.rl.parallel import rank_block
 
 MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=1, head_dim=32, max_position_embeddings=512)
-CONFIG = RLConfig.tiny(rollout="none", mode="sync", prompts_per_step=4, group_size=2, kl_coef=0.1,
+CONFIG = RLConfig.tiny(method="none", mode="sync", prompts_per_step=4, group_size=2, kl_coef=0.1,
                        micro_batch_tokens=80, grad_clip=0.05)  # a clip that bites: the norm must be global
 COMPLETION_LENGTHS = [30, 27, 24, 30, 3, 2, 4, 3]  # rows, group by group
-KNOBS = CONFIG.replace(rollout="rs", entropy_coef=0.05, entropy_target=50.0, shadow_heads=("a", "online-tv:a"),
+KNOBS = CONFIG.replace(method="rs", entropy_coef=0.05, entropy_target=50.0, shadow_heads=("a", "online-tv:a"),
                        mtp_lr=1e-2)
 
 
@@ -82,7 +82,7 @@ def update(run_dir: str, mtp: str = "frozen") -> dict:
     model, head, tok = model_and_tokenizer()
     knobs = mtp == "knobs"
     config = (CONFIG if mtp == "frozen" else KNOBS if knobs
-              else CONFIG.replace(rollout="rs", mtp=mtp, mtp_lr=1e-2, mtp_grad_clip=0.05))
+              else CONFIG.replace(method="rs", mtp=mtp, mtp_lr=1e-2, mtp_grad_clip=0.05))
     trainer = prepare_run(config, run_dir, task=Toy()).trainer(model, tok, head=head if config.uses_head else None,
                                                                shadow_heads={"a": head} if knobs else None)
     rows = rank_block(list(range(len(COMPLETION_LENGTHS))), distributed.rank(), distributed.world())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from scipy.stats import chisquare
 
+from bebop.models.config import ModelConfig
+from bebop.models.selfdraft import self_draft_pair
 from bebop.sampling import scaled_logits
 
 
@@ -38,3 +40,16 @@ def check_first_three(rows: list[list[int]], law: torch.Tensor, vocab: int) -> N
     wrong = cells(law.view(vocab, -1)[torch.roll(torch.arange(vocab), 1)].flatten())
     assert chisquare(observed.numpy(), (expected * n / expected.sum()).numpy()).pvalue > 1e-3
     assert chisquare(observed.numpy(), (wrong * n / wrong.sum()).numpy()).pvalue < 1e-6
+
+
+def near_draft_pair(vocab: int):
+    """A one-layer policy and a draft close to it but not equal, so accepts, rejections and bonuses all occur. The
+    noise has its own generator: how far acceptance falls depends on the draw (0.04-0.46 for TO at γ=1 across
+    draws), so it must not hang on whatever the global generator holds after other tests."""
+    config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
+    model, head = self_draft_pair(config, seed=3)
+    noise = torch.randn(config.hidden_size, config.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        head.fc.weight[:, : config.hidden_size].add_(noise * 0.4)
+    return model, head

@@ -22,10 +22,12 @@ def main(backend: str, at: int, run_dir: str) -> list[dict]:
 
     from bebop.default import load_default
     from bebop.rl import RLConfig, build_trainer
+    from bebop.rl.draft_health import HealthConfig
     from bebop.tasks import get
 
     default = load_default(dtype=torch.float32)
-    config = RLConfig.tiny(backend=backend, rollout="rs", gamma=3, mode="sync", steps=at + 3, prompts_per_step=4,
+    config = RLConfig.tiny(backend=backend, method="rs", gamma=3, mode="sync", steps=at + 2 + HealthConfig().window,
+                           prompts_per_step=4,
                            group_size=4, max_new_tokens=32, checkpoint_every=0)
     trainer = build_trainer(config, default.model, default.tokenizer, head=default.heads["e2e_tv"], run_dir=run_dir,
                             task=get("math"))

@@ -19,13 +19,33 @@ from bebop import speedup  # noqa: E402
 from bebop.commands import dashboard  # noqa: E402
 from bebop.default import DEFAULT_DIR, load_default  # noqa: E402
 from bebop.models.checkpoint import weights_hash  # noqa: E402
-from bebop.rl.synthetic import SyntheticConfig, SyntheticRun, write_synthetic_run  # noqa: E402
+from bebop.rl import synthetic  # noqa: E402
+from bebop.rl.synthetic import SyntheticConfig  # noqa: E402
 from bebop.runlog import RunWriter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = REPO / "app" / "main.py"
 VIEWS = REPO / "bebop" / "app" / "views"
 PAGES = ("live", "speed", "compare", "samples")
+
+
+def measured(run_dir: Path) -> Path:
+    """A synthetic run marked as a measured one: these tests read the pages as they show real runs (how synthetic
+    runs are marked and kept apart: tests/test_app_claims.py)."""
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta.pop("synthetic", None)
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def write_synthetic_run(path: Path, config: SyntheticConfig, **kwargs) -> Path:
+    return measured(synthetic.write_synthetic_run(path, config, **kwargs))
+
+
+def SyntheticRun(path: Path, config: SyntheticConfig) -> synthetic.SyntheticRun:  # noqa: N802 (stands in for the class)
+    run = synthetic.SyntheticRun(path, config)
+    measured(path)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +97,11 @@ def _n(values) -> int:
     return len(values)
 
 
+def _speedups(at: AppTest):
+    """The Speed page's speedup table (its step-time table comes first)."""
+    return next(frame.value for frame in at.dataframe if "plain_run" in frame.value.columns)
+
+
 def _texts(elements) -> str:
     return " ".join(str(e.value) for e in elements)
 
@@ -108,7 +133,7 @@ def test_live_page(root, monkeypatch):
     at.segmented_control(key="live_by").set_value("step").run()
     charts = _charts(at)
     titles = [c["layout"]["title"]["text"] for c in charts]
-    assert titles[:2] == ["Acceptance vs entropy", "Accept length"]
+    assert titles[:2] == ["Acceptance vs entropy", "Accept length (at the depth the engine chose)"]
     assert {"Acceptance per draft position", "Policy entropy", "Reward"} <= set(titles)
     scatter = [t for t in charts[0]["data"] if t["mode"] == "markers"]
     steps = {t["legendgroup"]: _n(t["x"]) for t in scatter}
@@ -160,18 +185,18 @@ def test_speed_page(root, monkeypatch):
     assert titles[0] == "Throughput" and titles[1].startswith("Step time")
     assert titles[2] == "Speedup over plain decoding at the same workload"
     assert speedup.STATISTIC in _texts(at.caption)  # the statistic is named on the page
-    table = at.dataframe[0].value.set_index("run")
+    table = _speedups(at).set_index("run")
     assert dict(table["plain_run"]) == {"rs-tv": "plain", "rs-ce": "plain"}  # the plain run is no row of its own
     expected = speedup.speedup(_records(root / "plain"), _records(root / "rs-tv"))
     assert table.loc["rs-tv", "measured_rollout"] == pytest.approx(expected.rollout)
     assert table.loc["rs-tv", "predicted"] == pytest.approx(expected.predicted) and expected.predicted > 1.0
-    assert len(at.get("download_button")) == 3
+    assert len(at.get("download_button")) == 4  # throughput, step times, speedups, draft health (replayed)
 
 
 def test_speed_partner_is_found_when_not_selected(root, monkeypatch):
     at = _page(_app(root, monkeypatch, ["rs-tv", "rs-ce"]), "speed")
     assert not at.exception
-    assert set(at.dataframe[0].value["plain_run"]) == {"plain"}
+    assert set(_speedups(at)["plain_run"]) == {"plain"}
     assert "`plain` (not selected) is the plain partner of `rs-tv`, `rs-ce`" in _texts(at.caption)
 
 
@@ -185,7 +210,8 @@ def test_a_run_of_another_policy_gets_no_ratio(root, monkeypatch, tmp_path):
     (other / "smol-rs" / "meta.json").write_text(json.dumps(meta))
     at = _page(_app(other, monkeypatch, ["smol-rs"]), "speed")
     assert not at.exception
-    assert not at.dataframe and "Speedup over plain decoding" not in str(_charts(at))
+    assert not any("plain_run" in frame.value.columns for frame in at.dataframe)
+    assert "Speedup over plain decoding" not in str(_charts(at))
     assert "`smol-rs`: no speedup shown" in _texts(at.info) and "policy (smollm2 vs None)" in _texts(at.info)
 
 
@@ -353,7 +379,7 @@ def test_every_page_renders_one_step_real_runs(real_root, monkeypatch, page):
     if page in ("live", "speed", "metrics"):
         lines = [t for c in charts for t in c["data"]  # the drawn series, not their faint raw traces
                  if t.get("mode", "").startswith("lines") and t.get("x") not in (None, [None])
-                 and t.get("hoverinfo") != "skip" and not t.get("name", "").endswith(" fit")]
+                 and t.get("hoverinfo") != "skip" and not t.get("name", "").endswith((" fit", " within"))]
         assert lines and all(t["mode"] == "lines+markers" for t in lines)  # a one-step series is a visible point
     if page == "live":
         headline = at.dataframe[0].value.set_index("run")
@@ -434,15 +460,14 @@ def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch,
     writer.warn("none of the run's first 16 prompt groups had completions that scored differently", source="no_signal",
                 step=3)
     for step in (6, 9, 13):
-        writer.warn(f"draft-health alarm {step}: the draft no longer matches the policy", source="draft_health",
-                    step=step)
+        writer.warn(f"an alarm {step}: something went wrong", source="test", step=step)
     writer.close()
     at = _app(runs, monkeypatch, ["stuck", "quiet"])
     assert not at.exception
     alerts = [a.value for a in at.warning]
     assert len(alerts) == 1
     assert alerts[0].startswith("`stuck` raised 4 warnings (the latest 3; all in its warnings.jsonl):")
-    assert "step 13: draft-health alarm 13" in alerts[0] and "step 6: draft-health alarm 6" in alerts[0]
+    assert "step 13: an alarm 13" in alerts[0] and "step 6: an alarm 6" in alerts[0]
     assert "prompt groups" not in alerts[0]  # the oldest is left to warnings.jsonl
     table = at.dataframe[0].value.set_index("run")
     assert (table.loc["stuck", "warnings"], table.loc["quiet", "warnings"]) == ("4", "—")
@@ -453,7 +478,7 @@ def test_a_runs_warnings_are_shown_on_the_runs_and_live_pages(root, monkeypatch,
 def test_speed_prediction_comes_from_the_logged_step_costs(real_root, monkeypatch):
     at = _page(_app(real_root, monkeypatch, ["rl-rs", "rl-plain"]), "speed")
     assert not at.exception
-    row = at.dataframe[0].value.set_index("run").loc["rl-rs"]
+    row = _speedups(at).set_index("run").loc["rl-rs"]
     assert row["plain_run"] == "rl-plain"
     plain, spec = _records(real_root / "rl-plain")[0], _records(real_root / "rl-rs")[0]  # their one step each
     plain_step = (plain["engine/verify_s"] + plain["engine/advance_s"]) / plain["engine/num_steps"]
@@ -470,7 +495,7 @@ def _printed_speedups(out: str) -> dict[str, tuple[str, str, str]]:
     for line in out[out.index("rows per step"):].splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if cells and cells[0].isdigit():
-            rows[cells[0]] = (cells[3], cells[4].rstrip(" *"), cells[5])
+            rows[cells[0]] = (cells[3], cells[4].rstrip(" *"), cells[5].rstrip(" †"))
     return rows
 
 
@@ -485,7 +510,7 @@ def test_speed_page_pairs_the_demo_runs_and_prints_its_ratios(monkeypatch):
                                                  "rows4-mtp-rs-e2e_tv")]
     at = _page(_app(folder.parent, monkeypatch, names), "speed")
     assert not at.exception
-    table = at.dataframe[0].value.set_index("run")
+    table = _speedups(at).set_index("run")
     # rows32 over rows32, rows4 over rows4; the runs' folder named once above the table, which then fits the page
     assert dict(table["plain_run"]) == {"rows32-mtp-rs-e2e_tv": "rows32-no-mtp", "rows4-mtp-rs-e2e_tv": "rows4-no-mtp"}
     assert f"Runs in `{folder.name}/`" in _texts(at.caption)
@@ -547,7 +572,7 @@ def test_a_reference_run_opens_beside_the_preview_like_any_run(tmp_path, monkeyp
     assert main(["preview", str(root), "--steps", "3"]) == 0
     run = f"reference/{NAME}"
     before = _snapshot(root / "reference")
-    at = _app(root, monkeypatch, [run, "no-mtp"])
+    at = _app(root, monkeypatch, [run, "no-mtp (synthetic)"])  # the preview's runs are marked as simulated
     at = at if page == "runs" else _page(at, page)
     assert not at.exception, at.exception
     if page == "runs":
@@ -569,3 +594,25 @@ def test_dashboard_reference_opens_the_packed_runs_where_they_lie(monkeypatch):
     at = _page(_app(packed_root(), monkeypatch, [NAME]), "live")
     assert not at.exception and _charts(at)
     assert _snapshot(packed_root()) == before  # the package's folder is only read
+
+
+@pytest.mark.parametrize("page", ["live", "speed"])
+def test_a_per_row_run_shows_each_rows_depth_and_the_budget(tmp_path, monkeypatch, page):
+    """A run whose engine gave each row its own depth (gamma="rows") gets the depth distribution per RL step and the
+    verify-token budget on the Live and Speed pages (bebop.plots.row_depths); a run without them, neither."""
+    run = write_synthetic_run(tmp_path / "rows", SyntheticConfig(name="rows", seed=5, steps=6, drafts_per_step=24,
+                                                                samples_per_step=1, sample_tokens=16))
+    records = _records(run)
+    for i, record in enumerate(records):
+        record.update({"spec/num_row_depth/0": 10 + i, "spec/num_row_depth/1": 6, "spec/num_row_depth/3": 16 - i,
+                       "spec/num_budget_tokens": 90, "engine/num_row_steps": 32, "spec/num_lookup_row_steps": 2})
+    (run / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_synthetic_run(tmp_path / "plain", SyntheticConfig(name="plain", rollout="none", mtp_objective=None,
+                                                            mtp_strategy=None, seed=1, steps=6))
+    at = _page(_app(tmp_path, monkeypatch, ["rows", "plain"]), page)
+    assert not at.exception
+    titles = [c["layout"]["title"]["text"] for c in _charts(at)]
+    assert "Each row's draft depth (share of row-steps per depth)" in titles
+    assert "Verify-token budget per row (1 = plain decoding)" in titles
+    at = _page(_app(tmp_path, monkeypatch, ["plain"]), page)
+    assert not any("Each row's draft depth" in c["layout"]["title"]["text"] for c in _charts(at))

@@ -95,6 +95,14 @@ def _wait_healthy(port: int, server: subprocess.Popen, log: Path, timeout: float
     raise AssertionError(f"dashboard not healthy after {timeout} s:\n{log.read_text()[-3000:]}")
 
 
+def _measured(run_dir: Path) -> None:
+    """A synthetic run marked as a measured one: this test follows runs as the pages show real ones (how synthetic
+    runs are marked and kept apart: tests/test_app_claims.py)."""
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta.pop("synthetic", None)
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
 def _grow(run: SyntheticRun, stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
         run.advance()
@@ -153,8 +161,9 @@ def test_dashboard_follows_a_growing_run_and_finds_new_ones(tmp_path):
     _require_browser()
     root = tmp_path / "runs"
     for config in preview_configs(steps=40)[1:4]:
-        write_synthetic_run(root / config.name, config)
+        _measured(write_synthetic_run(root / config.name, config))
     live = SyntheticRun(root / "live", replace(preview_configs(steps=200)[3], name="live", seed=11))
+    _measured(root / "live")
     live.advance(12)
     stop = threading.Event()
     writer = threading.Thread(target=_grow, args=(live, stop, 0.5), daemon=True)
@@ -169,6 +178,7 @@ def test_dashboard_follows_a_growing_run_and_finds_new_ones(tmp_path):
             writer.start()
             page.wait_for_function(f"({LIVE_POINTS_JS})() >= {first + 3}", timeout=60_000)
             late = SyntheticRun(root / "late", replace(preview_configs(steps=20)[2], name="late", seed=12))
+            _measured(root / "late")
             late.advance(4)  # started after the page opened: it must join within one refresh (5 s)
             page.wait_for_function(f"({SIDEBAR_JS})().chips.includes('late')", timeout=30_000)
             page.wait_for_function(f"({LAW_SERIES_JS})().includes('late')", timeout=30_000)
@@ -218,7 +228,7 @@ def _settled(page, condition_js: str, timeout_ms: int = 15_000) -> None:
         page.wait_for_function(condition_js, timeout=timeout_ms)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)  # eight pages, the Shadow heads page among them
 def test_every_page_over_real_one_step_runs_and_a_picture_of_the_live_page(tmp_path):
     """Runs made by the real CLI: every page draws without an exception, and the Live page is kept as a picture."""
     _require_browser()
@@ -229,7 +239,7 @@ def test_every_page_over_real_one_step_runs_and_a_picture_of_the_live_page(tmp_p
     shutil.copytree(real, every)
     shutil.copytree(real / "rl-rs", every / LONG_NAME)  # a name as long as the demo's
     with _dashboard(every, tmp_path) as port, _browser(tmp_path, height=1400) as page:
-        for path in ("", "live", "speed", "compare", "samples", "mtp", "metrics"):
+        for path in ("", "live", "speed", "compare", "shadow", "samples", "mtp", "metrics"):
             page.goto(f"http://127.0.0.1:{port}/{path}", timeout=60_000)
             page.wait_for_selector("h1", timeout=60_000)
             page.wait_for_function(f"({CHIPS_JS})().names.includes({json.dumps(LONG_NAME)})", timeout=60_000)

@@ -39,3 +39,29 @@ def test_a_reading_with_every_claim_held_has_no_failure_section():
     claims = Claims(strict=False)
     claims.check("accept length >= 1.5", True, "2.9")
     assert "Does not hold" not in claims.markdown()
+
+
+def test_a_law_claim_reads_the_fit_and_does_not_hold_across_clusters_alone():
+    """A line that falls only because two clusters sit apart (flat within the main one) does not hold as "acceptance
+    falls with entropy"; the claim's numbers are the fit's reading, flags and within slope included."""
+    import torch
+
+    from bebop.entropy_law import fit_entropy_law
+
+    g = torch.Generator().manual_seed(0)
+    near = 0.5 * torch.rand(40, generator=g, dtype=torch.float64)
+    far = 1.5 + 0.5 * torch.rand(6, generator=g, dtype=torch.float64)
+    h = torch.cat([near, far])
+    y = torch.cat([3.0 + 0.1 * torch.randn(40, generator=g, dtype=torch.float64), torch.full((6,), 1.5)])
+    fit = fit_entropy_law(h, y)
+    falls = lambda f: f.slope_ci[1] < 0  # noqa: E731
+    assert falls(fit) and fit.layout and not falls(fit.within)
+    claims = Claims(strict=False)
+    assert not claims.law("acceptance falls with entropy", fit, falls)
+    (claim,) = claims.claims
+    assert claim.measured == fit.reading() and "separated clusters" in claim.measured
+    assert "not within them" in claim.why_not
+    steady = fit_entropy_law(near, 3.0 - 1.0 * near + 0.05 * torch.randn(40, generator=g, dtype=torch.float64))
+    assert not steady.flagged and Claims(strict=True).law("falls", steady, falls)  # an unflagged fit decides alone
+    with pytest.raises(AssertionError, match="does not hold"):
+        Claims(strict=True).law("acceptance falls with entropy", fit, falls)

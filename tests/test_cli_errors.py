@@ -91,6 +91,19 @@ def test_bench_engine_checks_its_numbers_first(monkeypatch, capsys, argv, flag):
 
 
 @pytest.mark.parametrize("argv, flag", [
+    (["--batch", "0"], "--batch"),
+    (["--gamma", "0"], "--gamma"),
+    (["--new-tokens", "0"], "--new-tokens"),
+    (["--repeats", "0"], "--repeats"),
+    (["--threads", "0"], "--threads"),
+    (["--temperature", "0"], "--temperature"),
+])
+def test_bench_step_checks_its_numbers_first(capsys, argv, flag):
+    assert main(["bench", "step"] + argv) == 2  # before any policy loads: check_args runs first
+    assert flag in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("argv, flag", [
     (["--steps", "0"], "--steps"),
     (["--prompts", "8", "0"], "--prompts"),
     (["--group", "1"], "--group"),

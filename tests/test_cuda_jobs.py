@@ -51,7 +51,7 @@ def test_the_update_on_cuda_equals_the_update_on_the_cpu(tmp_path):
     model, head = Transformer(config), MTPHead(config)
     results = {}
     for device in ("cpu", "cuda"):
-        rl = RLConfig.tiny(rollout="rs", mtp="online-tv", device=device, gen_dtype="fp32")
+        rl = RLConfig.tiny(method="rs", mtp="online-tv", device=device, dtype="fp32")
         trainer = build_trainer(rl, copy.deepcopy(model), tok, head=copy.deepcopy(head), run_dir=tmp_path / device,
                                 task=Digits())
         assert trainer.policy.lm_head.weight.device.type == device

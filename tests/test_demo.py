@@ -64,6 +64,15 @@ def test_demo_runs_both_regimes_and_prints_speedups_beside_their_bounds(policy_d
             assert run.meta["config"]["gamma"] == "auto" and chosen == train["engine/num_steps"].sum()
 
 
+
+def test_demo_under_gamma_rows_says_each_rows_mean_depth_not_autos_choice(policy_dir, tmp_path, capsys):
+    args = parse("--policy", str(policy_dir), "--steps", "2", "--prompts", "2", "--small-prompts", "0", "--group", "2",
+                 "--max-new-tokens", "16", "--out", str(tmp_path / "runs"), "--threads", "1", "--gamma", "rows")
+    assert demo.run(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "γ=rows gave each row its own depth, a mean γ of " in out and " per row-step at 4 rows (" in out
+    assert "γ=auto chose" not in out
+
 def records(steps, *, draft_s, verify_s, accepted):
     """Train records of one run: 10 engine steps a step, `accepted` drafts accepted per engine step (γ = 3)."""
     rows = []

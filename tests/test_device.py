@@ -25,7 +25,7 @@ ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", 
         "pretrain": ["pretrain", "--tiny", "--run-dir", "{tmp}/pre"],
         "task-sweep": ["task-sweep", "--run-dir", "{tmp}/sweep"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
-        "bench depth": ["bench", "depth"],
+        "bench depth": ["bench", "depth"], "bench step": ["bench", "step"],
         "bench train-mtp": ["bench", "train-mtp"], "bench coverage": ["bench", "coverage"]}
 
 

@@ -67,7 +67,7 @@ def test_the_mode_sees_a_factory_call_without_a_device():
 @pytest.mark.parametrize("mtp, kl", [("online-tv", 0.1), ("frozen", 0.0)])
 def test_the_grpo_update_creates_every_tensor_on_the_models_device(tiny, tmp_path, mtp, kl):
     tok, model, head = tiny
-    config = RLConfig.tiny(rollout="rs", mtp=mtp, kl_coef=kl, micro_batch_tokens=16)
+    config = RLConfig.tiny(method="rs", mtp=mtp, kl_coef=kl, micro_batch_tokens=16)
     trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "run", task=Digits())
     batch = trainer._generate(0, 0)
     with DefaultDeviceFactories() as mode:

@@ -11,13 +11,14 @@ import torch
 from scipy.stats import chisquare
 
 from bebop.engine import Engine
-from bebop.engine.depth import Choice, DepthConfig, DepthController
+from bebop.engine.depth import Choice, DepthConfig, DepthController, FixedDepth
 from bebop.engine.rollout import GenerationConfig, RolloutBuilder
 from bebop.losses import draft_loss
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.selfdraft import self_draft_pair
 from bebop.models.transformer import Transformer
+from exact_law import near_draft_pair
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15]]
 
@@ -84,23 +85,10 @@ def test_first_three_tokens_match_plain_sampling(method):
     check_first_three_tokens(method, torch.device("cpu"))
 
 
-def _near_draft_pair(vocab: int) -> tuple[Transformer, MTPHead]:
-    """A one-layer policy and a draft close to it but not equal, so accepts, rejections and bonuses all occur. The
-    noise has its own generator: how far acceptance falls depends on the draw (0.04-0.46 for TO at γ=1 across
-    draws), so it must not hang on whatever the global generator holds after other tests."""
-    config = ModelConfig.tiny(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32)
-    model, head = self_draft_pair(config, seed=3)
-    noise = torch.randn(config.hidden_size, config.hidden_size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        head.fc.weight[:, : config.hidden_size].add_(noise * 0.4)
-    return model, head
-
-
 def check_first_three_tokens(method: str, device: torch.device, *, compile: bool = False) -> None:
     """RS / TO at γ = 1, 2 draw the first three tokens from plain sampling's exact law (chi-square), on `device`."""
     vocab, n = 5, 24_000
-    model, head = _near_draft_pair(vocab)
+    model, head = near_draft_pair(vocab)
     prompt = [1, 2]
     exact = _exact_first_three(model, prompt, vocab).flatten()
     engine = Engine(model.to(device), head.to(device), compile=compile)
@@ -403,7 +391,7 @@ def test_a_depth_chosen_per_step_keeps_the_first_three_tokens_exact(method):
     """Depths switched between steps (0 included, and chosen from the previous step's acceptance) draw the first
     three tokens from plain sampling's exact law (chi-square); a wrong law is rejected by the same counts."""
     vocab, n = 5, 24_000
-    model, head = _near_draft_pair(vocab)
+    model, head = near_draft_pair(vocab)
     prompt = [1, 2]
     exact = _exact_first_three(model, prompt, vocab).flatten()
     keep = exact * n >= 5  # chi-square needs expected counts >= 5; pool the rest into one cell
@@ -443,7 +431,8 @@ def _head_state_after_plain_steps(model, head, prompts, steps: int, every_step: 
     start = batch.draft_cache.lengths.clone()
     assert start.tolist() == [len(p) for p in prompts]
     for k in range(steps):
-        engine._step(batch, 0, config, generator, out, {}, dict.fromkeys(("draft", "verify", "advance"), 0.0))
+        engine._step(batch, FixedDepth(0).decide(len(batch.rows)), config, generator, (out, None), {},
+                     dict.fromkeys(("draft", "verify", "advance"), 0.0))
         assert len(batch.head_lag) == (1 if every_step else k + 1)  # the step left the head's cache where it was
         assert batch.draft_cache.lengths.equal(start + (k if every_step else 0))
         if every_step:

@@ -94,7 +94,7 @@ def test_adaptive_runs_log_the_applied_coefficient_beside_an_online_head(pair, t
     """Async, RS rollouts, an online head: a target above the entropy steps the coefficient up to its cap, one below
     it applies nothing and lets the coefficient fall to its floor."""
     model, head = pair
-    common = dict(steps=4, prompts_per_step=2, group_size=2, max_new_tokens=12, rollout="rs", mtp="online-tv",
+    common = dict(steps=4, prompts_per_step=2, group_size=2, max_new_tokens=12, method="rs", mtp="online-tv",
                   mode="async", entropy_coef=0.01, entropy_coef_delta=0.004, entropy_coef_max=0.02)
     up = build_trainer(RLConfig.tiny(**common, entropy_target=50.0), model, tok, head=head, run_dir=tmp_path / "up",
                        task=Digits()).run()
@@ -111,7 +111,7 @@ def test_adaptive_runs_log_the_applied_coefficient_beside_an_online_head(pair, t
 
 def test_resume_reproduces_the_adaptive_coefficient(peaked, tok, tmp_path):
     config = RLConfig.tiny(steps=5, prompts_per_step=2, group_size=2, max_new_tokens=12, lr=1e-2, mode="sync",
-                           rollout="none", entropy_target=1.0, entropy_coef_delta=0.01)
+                           method="none", entropy_target=1.0, entropy_coef_delta=0.01)
     whole = build_trainer(config, peaked, tok, run_dir=tmp_path / "whole", task=Digits()).run()
     build_trainer(config.replace(steps=3), peaked, tok, run_dir=tmp_path / "split", task=Digits()).run()
     resumed = build_trainer(config, peaked, tok, run_dir=tmp_path / "split", task=Digits(), resume=True).run()

@@ -13,6 +13,7 @@ import torch
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig, RolloutBuilder
+from bebop.engine.sources import Histories
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.corpus import CorpusSource
 from bebop.heads.evaluate import teacher_forced
@@ -91,8 +92,10 @@ def test_the_engine_drafts_from_the_features_the_head_trains_on():
     out = RolloutBuilder(len(PROMPTS), config, prompts=PROMPTS)
     batch = engine._new_batch(PROMPTS, config)
     engine._settle(batch, [(i, 0, list(p)) for i, p in enumerate(PROMPTS)], config, generator, out)
+    histories = Histories(engine.lookup or engine.row_lookup, out)
     for _ in range(3):
-        engine._step(batch, 2, config, generator, out, {}, dict.fromkeys(("draft", "verify", "advance"), 0.0))
+        engine._step(batch, engine.depth_for(config).decide(len(batch.rows)), config, generator, (out, histories), {},
+                     dict.fromkeys(("draft", "verify", "advance"), 0.0))
     for slot, row in zip(batch.slots, batch.rows):
         tokens = torch.tensor([out.history(row)])  # prompt and tokens so far, the last one pending (not cached)
         _, features = model(tokens, taps=TAPS)

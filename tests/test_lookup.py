@@ -55,3 +55,20 @@ def test_the_first_three_tokens_drafted_by_lookup_follow_the_target_exactly(poli
         rollout = engine.generate([prompt] * n, GenerationConfig(max_new_tokens=3, gamma=gamma, method=method, seed=7))
         check_first_three(rollout.tokens, law, vocab)
         assert 0.05 < rollout.stats["spec/acceptance_rate"] < 0.95
+
+
+def test_the_index_proposes_what_the_scan_proposes():
+    """LookupIndex, fed a history a few tokens at a time, matches and proposes as PromptLookup does on the whole."""
+    from bebop.engine.lookup import LookupIndex
+
+    generator = torch.Generator().manual_seed(0)
+    for lookup in (PromptLookup(), PromptLookup(max_ngram=4, min_ngram=2)):
+        for trial in range(20):
+            history = torch.randint(0, 3 + trial % 5, (60,), generator=generator).tolist()
+            index, fed = LookupIndex(lookup), 0
+            while fed < len(history):
+                step = 1 + (fed * 7 + trial) % 4
+                index.extend(history[fed:fed + step])
+                fed = min(fed + step, len(history))
+                assert index.match() == lookup.match(history[:fed])
+                assert index.propose(3) == lookup.propose(history[:fed], 3)

@@ -51,8 +51,9 @@ def test_acceptance_vs_entropy_scatter_and_fit():
         drawn_slope = (line.y[1] - line.y[0]) / (line.x[1] - line.x[0])
         assert drawn_slope == pytest.approx(fit.slope)
         assert line.y[0] == pytest.approx(fit.intercept + fit.slope * line.x[0])
-        assert f"slope {fit.slope:+.2f}/nat" in scatter.name and f"R² {fit.r2:.2f}" in scatter.name
+        assert f"slope {fit.slope:+.2f} [" in scatter.name and f"R² {fit.r2:.2f}" in scatter.name  # with its CI
     fits = plots.entropy_fits(points).set_index("run")
+    assert (fits["slope_lo"] < fits["slope"]).all() and (fits["slope"] < fits["slope_hi"]).all()
     assert fits.loc["rs-ce", "slope"] < -1.0 < fits.loc["rs-tv", "slope"]  # the steep law and the flat one
 
 
@@ -260,3 +261,19 @@ def test_vectorised_pooling_matches_metrics_pool():
         plots.pooled(pd.concat([train, _train(3, gamma=2)], ignore_index=True))
     with pytest.raises(ValueError, match="no speculative counters"):
         plots.pooled(_train(3, spec=False))
+
+
+def test_row_depths_and_budgets_from_a_rollouts_counters():
+    from bebop.plots.row_depths import budget_figure, budgets, row_depth_figure, row_depths
+
+    train = pd.DataFrame({"step": [1, 2], "spec/num_row_depth/0": [6, 0], "spec/num_row_depth/1": [2, 4],
+                          "spec/num_row_depth/3": [0, 4], "spec/num_budget_tokens": [10, 24],
+                          "engine/num_row_steps": [8, 8], "spec/num_lookup_row_steps": [2, 0],
+                          "engine/priced_steps/predicted_s": [1.0, 2.0], "engine/priced_steps/measured_s": [1.1, 1.8]})
+    depths = row_depths({"r": train, "plain": pd.DataFrame({"step": [1]})})
+    assert set(depths["run"]) == {"r"}
+    shares = depths.pivot(index="step", columns="depth", values="share")
+    assert shares.loc[1].tolist() == [0.75, 0.25, 0.0] and shares.loc[2].tolist() == [0.0, 0.5, 0.5]
+    table = budgets({"r": train})
+    assert table["budget_per_row"].tolist() == [1.25, 3.0] and table["lookup_share"].tolist() == [0.25, 0.0]
+    assert len(row_depth_figure(depths).data) == 3 and len(budget_figure(table).data) == 1

@@ -243,7 +243,9 @@ def test_preview_never_replaces_a_users_run_where_a_reference_run_would_go(tmp_p
 def test_preview_without_reference_runs_writes_what_it_always_did(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(tmp_path / "none"))
     assert main(["preview", str(tmp_path / "pv"), "--steps", "3"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 1 and not (tmp_path / "pv" / "reference").exists()
+    out = capsys.readouterr().out.splitlines()  # what it wrote, then how to open it
+    assert len(out) == 2 and out[1].startswith(f"open them: bebop dashboard --runs {tmp_path / 'pv'}")
+    assert not (tmp_path / "pv" / "reference").exists()
 
 
 def test_dashboard_reference_serves_the_shipped_runs_where_they_lie(tmp_path, monkeypatch):

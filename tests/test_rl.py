@@ -99,8 +99,8 @@ def test_grpo_raises_reward_where_a_zero_learning_rate_does_not(pair, tok, tmp_p
     Measured over seeds 0-15: the last 4 of 20 steps minus the first 4 rise 0.43 (run-to-run SD 0.08, lowest 0.26),
     against K·SE ~0.07, so a run falls under the bar only 4 run-to-run SDs below the mean (at 14 steps the rise was
     0.18 ± 0.05 against the same bar: too close). At lr=0 the difference is pure sampling noise, |z| < 1.6."""
-    learner, learn = train(pair, tok, tmp_path, "learn", steps=20, lr=1e-2, rollout="rs")
-    stiller, still = train(pair, tok, tmp_path, "still", steps=20, lr=0.0, rollout="rs")
+    learner, learn = train(pair, tok, tmp_path, "learn", steps=20, lr=1e-2, method="rs")
+    stiller, still = train(pair, tok, tmp_path, "still", steps=20, lr=0.0, method="rs")
     rise = minus(reward_window(learner, learn[-4:]), reward_window(learner, learn[:4]))
     gap = minus(reward_window(learner, learn[-4:]), reward_window(stiller, still[-4:]))
     drift = minus(reward_window(stiller, still[-4:]), reward_window(stiller, still[:4]))
@@ -118,7 +118,7 @@ def test_mtp_rollouts_leave_reward_curves_statistically_unchanged(pair, tok, tmp
     (seeds 0-3): plain - RS +0.009, plain - TO +0.015, SE 0.008, margin 0.038. Over 16 seeds plain stays ahead by
     0.010 (RS) and 0.010 (TO) with SE 0.005-0.006: not resolved, and well inside the margin."""
     seeds = range(4)
-    curves = {rollout: [sum(rewards(train(pair, tok, tmp_path, f"{rollout}-{seed}", steps=10, lr=1e-2, rollout=rollout,
+    curves = {rollout: [sum(rewards(train(pair, tok, tmp_path, f"{rollout}-{seed}", steps=10, lr=1e-2, method=rollout,
                                           seed=seed)[1])) / 10 for seed in seeds]
               for rollout in ("none", "rs", "to")}
     sd, df = pooled_sd(list(curves.values()))
@@ -178,7 +178,7 @@ def test_async_trains_on_one_step_stale_behaviour_logprobs_and_overlaps(pair, to
 
 def test_update_uses_the_batch_behaviour_logprobs(pair, tok, tmp_path):
     model, head = pair
-    trainer = build_trainer(RLConfig.tiny(rollout="none", lr=0.0), model, tok, run_dir=tmp_path / "u", task=Digits())
+    trainer = build_trainer(RLConfig.tiny(method="none", lr=0.0), model, tok, run_dir=tmp_path / "u", task=Digits())
     batch = trainer._generate(0, 0)
     exact = trainer.update(batch).metrics["actor/ppo_kl"]
     batch.behaviour_logprobs = batch.behaviour_logprobs - 0.5 * batch.policy_mask
@@ -218,7 +218,7 @@ def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, b
     clipping), the stats, the KL to the reference and the online head's step equal the plain update on the
     padded rows."""
     model, head = pair
-    config = RLConfig.tiny(rollout="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4, max_new_tokens=16,
+    config = RLConfig.tiny(method="rs", mtp=mtp, mtp_lr=1e-2, prompts_per_step=4, group_size=4, max_new_tokens=16,
                            lr=1e-2, micro_batch_tokens=budget, share_prompts=share, kl_coef=kl)
     trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "u", task=Ragged())
     if kl:  # a reference away from the policy, so the KL term and its gradient are not zero
@@ -248,7 +248,7 @@ def test_update_equals_the_step_on_the_padded_rows(pair, tok, tmp_path, share, b
 
 def test_bf16_update_runs_under_autocast_with_an_online_head(pair, tok, tmp_path):
     model, head = pair
-    config = RLConfig.tiny(rollout="rs", mtp="online-ce", prompts_per_step=2, group_size=2, gen_dtype="bf16",
+    config = RLConfig.tiny(method="rs", mtp="online-ce", prompts_per_step=2, group_size=2, dtype="bf16",
                            micro_batch_tokens=30)
     trainer = build_trainer(config, model, tok, head=head, run_dir=tmp_path / "b", task=Ragged())
     record = trainer.update(trainer._generate(0, 0)).metrics
@@ -283,7 +283,7 @@ def test_micro_batches_hold_whole_groups_within_the_budget():
 
 # ------------------------------------------------------------------------------------- logs and shapes
 def test_streams_hold_the_design_names_and_samples(pair, tok, tmp_path):
-    trainer, _ = train(pair, tok, tmp_path, "logs", steps=2, rollout="rs", samples_per_step=3)
+    trainer, _ = train(pair, tok, tmp_path, "logs", steps=2, method="rs", samples_per_step=3)
     run = load_run(tmp_path / "logs")
     train_rows, samples = run.streams["train"], run.streams["samples"]
     for key in ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/ppo_kl",
@@ -419,7 +419,7 @@ def test_config_rejects_bad_names(field, value, match):
     with pytest.raises(ValueError, match="unknown preset"):
         RLConfig.preset("huge")
     with pytest.raises(ValueError, match="needs rollout"):
-        RLConfig.tiny(rollout="none", mtp="online-tv")
+        RLConfig.tiny(method="none", mtp="online-tv")
 
 
 def test_the_rollout_method_keeps_its_earlier_name():
@@ -461,7 +461,7 @@ def test_head_that_does_not_fit_the_policy_is_refused(pair, tok, tmp_path):
         with pytest.raises(ValueError, match="does not match the policy"):
             build_trainer(RLConfig.tiny(), model, tok, head=other, run_dir=tmp_path / "h", task=Digits())
     with pytest.raises(ValueError, match="pass head="):
-        build_trainer(RLConfig.tiny(rollout="rs"), model, tok, run_dir=tmp_path / "h", task=Digits())
+        build_trainer(RLConfig.tiny(method="rs"), model, tok, run_dir=tmp_path / "h", task=Digits())
     assert not (tmp_path / "h").exists()
 
 

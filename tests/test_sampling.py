@@ -321,7 +321,7 @@ def test_the_update_measures_entropy_over_the_real_ids(padded_world, tmp_path):
 
     tok, model, _, _ = padded_world
     # T = 10 flattens the steered model (about 5.6 nats), so the value is compared, not only its being a number.
-    trainer = build_trainer(RLConfig.tiny(rollout="none", lr=0.0, temperature=10.0), copy.deepcopy(model), tok,
+    trainer = build_trainer(RLConfig.tiny(method="none", lr=0.0, temperature=10.0), copy.deepcopy(model), tok,
                             run_dir=tmp_path / "u", task=tasks.get("math"))
     assert trainer.vocab_limit == tok.vocab_size < model.config.vocab_size
     batch = trainer._generate(0, 0)

@@ -150,7 +150,7 @@ def test_a_self_drafting_head_is_always_accepted_under_rs(tok, tmp_path):
     """q = p exactly (bebop.models.selfdraft): the shadow RS acceptance is 1 at every depth, through the trainer's
     own alignment of hidden states, anchors and LM head; TO's is max p < 1. lr 0 keeps the pair exact."""
     model, head = self_draft_pair(ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL), logit_std=3.0)
-    config = RLConfig.tiny(steps=2, lr=0.0, gamma=3, shadow_heads=("self",), rollout="to")
+    config = RLConfig.tiny(steps=2, lr=0.0, gamma=3, shadow_heads=("self",), method="to")
     trainer(config, model, tok, tmp_path / "run", head=head, shadow_heads={"self": head}).run()
     shadow = load_run(tmp_path / "run").streams["shadow"]
     for _, record in shadow.iterrows():

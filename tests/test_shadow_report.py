@@ -63,7 +63,7 @@ def test_the_token_level_law_pools_the_bins_over_the_run(tmp_path):
     assert row["slope"] == pytest.approx(-0.3, rel=1e-6) and row["r2"] == pytest.approx(1.0)
     assert row["strategy"] == "online-tv" and row["start"] == pytest.approx(row["end"], abs=0.05)
     figure = plots.acceptance_vs_entropy(points)
-    assert "slope -0.30/nat" in figure.data[0].name
+    assert "slope -0.30 [-0.30, -0.30]/nat" in figure.data[0].name
 
 
 def test_a_run_without_shadow_heads_is_one_clear_error(tmp_path):

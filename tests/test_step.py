@@ -7,6 +7,7 @@ import torch
 
 from bebop.engine import Engine
 from bebop.engine import generate as engine_module
+from bebop.engine.ragged import layout_of
 from bebop.engine.rollout import GenerationConfig
 from bebop.engine.step import (
     draft_uniforms,
@@ -20,6 +21,7 @@ from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer
 from bebop.sampling import entropy, probs_from_logits
+from bebop.verify import Drafts
 
 ROWS, GAMMA = 3, 3
 
@@ -106,9 +108,12 @@ def test_unpacked_rows_are_what_verify_rows_computed(method):
         draft_probs = torch.softmax(torch.randn(ROWS, GAMMA, vocab), -1)  # [B, γ, V]
         drafts = torch.multinomial(draft_probs.view(-1, vocab), 1).view(ROWS, GAMMA)  # [B, γ]
         uniforms = draw_uniforms(ROWS, GAMMA, method, torch.Generator().manual_seed(2), torch.device("cpu"))
+        one_hot = torch.full((ROWS,), method != "rs")
+        hats = torch.where(one_hot[:, None], 1.0, draft_probs.gather(-1, drafts[..., None])[..., 0])  # [B, γ]
+        verified = Drafts(drafts, hats, torch.full((ROWS,), GAMMA), one_hot, draft_probs if method == "rs" else None)
         host, num_accepted, next_token, emitted, _ = verify_rows(
-            model, pending, drafts, draft_probs if method == "rs" else None, cache, uniforms, kv_len=4 + GAMMA + 1,
-            method=method, sampling=sampling)
+            model, pending, verified, cache, uniforms, kv_len=4 + GAMMA + 1, method=method, sampling=sampling,
+            layout=layout_of([GAMMA + 1] * ROWS, ROWS, torch.device("cpu")))
         logits, _ = model(torch.cat([pending[:, None], drafts], 1), cache, kv_len=4 + GAMMA + 1)  # [B, γ+1, V]
     target_probs = probs_from_logits(logits, *sampling)  # [B, γ+1, V]
     for b, row in enumerate(unpack_host_row(r, GAMMA) for r in host.tolist()):

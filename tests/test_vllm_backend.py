@@ -44,7 +44,7 @@ def trainer(tmp_path_factory):
     from bebop.rl.build import build_trainer
 
     default = load_default()
-    config = RLConfig.tiny(rollout="none", mode="sync", backend="vllm", steps=1, max_new_tokens=16, lr=3e-3,
+    config = RLConfig.tiny(method="none", mode="sync", backend="vllm", steps=1, max_new_tokens=16, lr=3e-3,
                            prompts_per_step=2, group_size=4)
     return build_trainer(config, default.model, default.tokenizer, run_dir=tmp_path_factory.mktemp("rl") / "run",
                          task=Digits())

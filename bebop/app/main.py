@@ -84,6 +84,7 @@ def main() -> None:
         st.Page(VIEWS / "live.py", title="Live", icon=":material/monitoring:", url_path="live"),
         st.Page(VIEWS / "speed.py", title="Speed", icon=":material/speed:", url_path="speed"),
         st.Page(VIEWS / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+        st.Page(VIEWS / "shadow.py", title="Shadow heads", icon=":material/stacked_line_chart:", url_path="shadow"),
         st.Page(VIEWS / "samples.py", title="Samples", icon=":material/text_fields:", url_path="samples"),
         st.Page(VIEWS / "mtp.py", title="MTP heads", icon=":material/model_training:", url_path="mtp"),
         st.Page(VIEWS / "metrics.py", title="All metrics", icon=":material/query_stats:", url_path="metrics"),

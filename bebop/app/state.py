@@ -20,8 +20,9 @@ import pandas as pd
 import streamlit as st
 
 from bebop import metrics, plots, speedup
+from bebop.plots import row_depths as row_plots
 from bebop.runlog import Run, RunInfo, list_runs, load_run
-from bebop.runlog.setup import SETUP_KEYS, head_of, made_by, policy_of
+from bebop.runlog.setup import SETUP_KEYS, SYNTHETIC, head_of, is_synthetic, made_by, policy_of
 
 DEFAULT_ROOT = "runs"
 CONFIG_KEYS = SETUP_KEYS  # meta.json's setup keys, what every table shows about a run (docs/runs.md)
@@ -30,13 +31,17 @@ DEFAULT_SELECTION = 5
 TITLES = {"run": "run", "state": "state", "kind": "kind", "step": "last step", "task": "task", "rollout": "rollout",
           "mtp_objective": "MTP loss", "mtp_strategy": "MTP strategy", "gamma": "γ", "mode": "mode",
           "steps": "steps", "accept_length": "accept length", "final_reward": "reward (last tenth)",
-          "final_entropy": "entropy (last tenth)", "final_step_s": "s / step (last tenth)",
+          "final_entropy": "entropy (last tenth)", "step_s": "s / step (median)",
           "slope": "slope (per nat)", "r2": "R²", "series": "series", "plain_run": "plain partner",
           "measured_end_to_end": "whole step, measured", "measured_rollout": "generation, measured",
+          "measured_update": "update, measured", "response_ratio": "answer length (MTP / plain)",
+          "tokens_per_s": "tokens / s (median)",
           "predicted": "generation, predicted", "tokens_per_row_step": "tokens / row-step",
           "step_cost": "step cost (plain steps)", "note": "note", "n": "points", "intercept": "intercept",
           "heartbeat_age_s": "heartbeat age", "created": "created", "message": "message", "policy": "policy",
-          "head": "head", "warnings": "warnings"}
+          "head": "head", "warnings": "warnings", "flags": "what the points cannot support", "within": "within slope",
+          "relative_change": "relative change", "strategy": "strategy", "points": "points", "start": "start",
+          "end": "end"}
 STATE_COLORS = {"running": "green", "finished": "blue", "failed": "red", "interrupted": "violet", "stale": "orange",
                 "corrupt": "gray"}
 _CACHE = "_bebop_runs"  # session key: {run path: Run}
@@ -49,8 +54,10 @@ def default_root() -> str:
 
 
 def label(info: RunInfo, root: Path) -> str:
-    """A run's name on screen: its path under the root (unique, unlike meta.json's name)."""
-    return info.path.relative_to(root).as_posix()
+    """A run's name on screen: its path under the root (unique, unlike meta.json's name), marked when the run is
+    synthetic, so the mark follows it into every table, legend and selection."""
+    name = info.path.relative_to(root).as_posix()
+    return f"{name} ({SYNTHETIC})" if is_synthetic(info.meta) else name
 
 
 def shown(value: Any) -> Any:
@@ -92,8 +99,10 @@ def speed_pairs(chosen: list[RunInfo], infos: list[RunInfo], root: Path) -> tupl
 
 def default_selection(infos: list[RunInfo], labels: Mapping[str, RunInfo]) -> list[str]:
     """First visit: running runs first, then the newest, a handful in all, and always a no-MTP baseline
-    when the root has one (without it every speedup would read against an MTP run)."""
-    names = list(labels)
+    when the root has one (without it every speedup would read against an MTP run). Synthetic runs only where the
+    root holds no real run: a simulation is never shown beside a measurement unless a user picks it."""
+    real = [name for name in labels if not is_synthetic(labels[name].meta)]
+    names = real or list(labels)
     running = [name for name in names if labels[name].state == "running"]
     chosen = (running + [name for name in names if name not in running])[:DEFAULT_SELECTION]
     plain = [name for name in names if is_plain(labels[name])]
@@ -125,6 +134,17 @@ def selected() -> tuple[Path, list[RunInfo], list[RunInfo], str | None]:
         labels = {label(info, root): info for info in infos}
         return root, infos, [labels[name] for name in default_selection(infos, labels)], message
     return ctx
+
+
+def open_page(title_text: str, hint: str) -> dict[str, Run]:
+    """A page's opening: its title (marked when a run it shows is synthetic), then the selected runs loaded, by label;
+    with none selected, the root's message or `hint`, and the page stops there."""
+    root, _, chosen, message = selected()
+    title(title_text, chosen)
+    if not chosen:
+        st.info(message or hint, icon=":material/info:")
+        st.stop()
+    return load_runs(chosen, root)
 
 
 def load_runs(infos: list[RunInfo], root: Path, *, notify: bool = True) -> dict[str, Run]:
@@ -221,14 +241,15 @@ def eval_points(runs: Mapping[str, Run]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else plots.token_points({})
 
 
-def runs_table(infos: list[RunInfo], root: Path) -> pd.DataFrame:
-    """One row per run for the Runs page (and its CSV)."""
+def runs_table(infos: list[RunInfo], root: Path, warnings: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """One row per run for the Runs page (and its CSV); `warnings`: each run's count as shown (default: stored)."""
     now = time.time()
     rows = []
     for info in infos:
         row = {"run": label(info, root), "state": info.state,
-               "kind": info.kind + (" (synthetic)" if info.meta.get("synthetic") else ""), "step": info.step,
-               "policy": policy_of(info.meta), "head": head_of(info.meta), "warnings": len(info.warnings) or None}
+               "kind": info.kind + (f" ({SYNTHETIC})" if is_synthetic(info.meta) else ""), "step": info.step,
+               "policy": policy_of(info.meta), "head": head_of(info.meta),
+               "warnings": (warnings or {}).get(label(info, root), len(info.warnings)) or None}
         row.update({key: shown(info.setup.get(key)) for key in CONFIG_KEYS})
         row["created"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created)) if info.created else None
         # Only a run still writing has a heartbeat worth reading; a finished run's age only says when it ended.
@@ -248,23 +269,6 @@ def note_made_by(named: Mapping[str, Mapping]) -> None:
         lines.setdefault(made_by(meta), []).append(name)
     for text, names in lines.items():
         st.caption(f":material/memory: {', '.join(f'`{n}`' for n in names)}: {text}")
-
-
-def show_warnings(named: Mapping[str, list[Mapping]], shown: int = 3) -> None:
-    """One alert per run that raised warnings ({label: its `warnings` records}): how many, and the latest `shown`
-    with their steps."""
-    for name, records in named.items():
-        if not records:
-            continue
-        lines = [f"- {_at_step(r.get('step'))}{r.get('message', '')}" for r in records[-shown:]]
-        earlier = len(records) - len(lines)
-        st.warning(f"`{name}` raised {len(records)} warning{'s' * (len(records) > 1)}"
-                   + (f" (the latest {len(lines)}; all in its warnings.jsonl)" if earlier else "") + ":\n"
-                   + "\n".join(lines), icon=":material/warning:")
-
-
-def _at_step(step: Any) -> str:
-    return f"step {int(step)}: " if _is_number(step) and not np.isnan(step) else ""
 
 
 def spec_gaps(trains: Mapping[str, pd.DataFrame]) -> dict[str, list[str]]:
@@ -293,7 +297,7 @@ def run_colors(names: Iterable[str]) -> dict[str, str]:
     return {name: given[name] for name in names}
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -321,7 +325,7 @@ def show_table(table: pd.DataFrame, formats: Mapping[str, str] | None = None,
     for column in table.columns:
         values, title, help_text = table[column], TITLES.get(column, column), (helps or {}).get(column)
         present = [v for v in values if not _missing(v)]
-        numeric = bool(present) and all(_is_number(v) for v in present)
+        numeric = bool(present) and all(is_number(v) for v in present)
         pattern = (formats or {}).get(column) or ("%.4g" if numeric and any(isinstance(v, float) for v in present)
                                                    else None)
         if len(present) < len(values) or len({type(v) for v in present}) > 1 and not numeric:
@@ -344,6 +348,33 @@ def download(data: pd.DataFrame, file_name: str, key: str) -> None:
                        on_click="ignore", icon=":material/download:", help="Download this chart's data")
 
 
+def title(text: str, chosen: Iterable[RunInfo]) -> None:
+    """A page's title, marked when any run it shows is synthetic (with what that means, once, below it)."""
+    synthetic = [info for info in chosen if is_synthetic(info.meta)]
+    st.title(text + (f" :orange-badge[{SYNTHETIC} runs shown]" if synthetic else ""))
+    if synthetic:
+        st.caption(f":material/science: {len(synthetic)} of the runs shown are {SYNTHETIC}: simulated by `bebop "
+                   "preview` to show what the pages draw; their numbers measure nothing.")
+
+
 def badge(state_name: str) -> str:
     """A run state as a coloured Markdown badge."""
     return f":{STATE_COLORS.get(state_name, 'gray')}-badge[{state_name}]"
+
+
+def show_row_depths(trains: Mapping[str, pd.DataFrame], colors: Mapping[str, str], page: str,
+                    title: str | None = None) -> None:
+    """gamma="rows" (bebop.engine.depth.rows): each row's depth per RL step beside the verify-token budget, each over
+    its data's download; nothing where no run has them. `page` prefixes the widgets' keys."""
+    depths = row_plots.row_depths(trains)
+    if depths.empty:
+        return
+    if title:
+        st.subheader(title)
+    budget = row_plots.budgets(trains)
+    left, right = st.columns(2)
+    for column, figure, data, name in ((left, row_plots.row_depth_figure(depths, colors=colors), depths, "row_depths"),
+                                       (right, row_plots.budget_figure(budget, colors=colors), budget, "budget")):
+        with column:
+            st.plotly_chart(figure, key=f"{page}_{name}")
+            download(data, f"{name}.csv", key=f"dl_{page}_{name}")

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the prompts and of sampling, the same in every run (default: %(default)s)")
     parser.add_argument("--gamma", type=gamma_arg, default="auto",
-                        help="draft depth of the MTP runs, an int >= 1 or 'auto' (chosen per engine step) "
+                        help="draft depth of the MTP runs, an int >= 1, 'auto' (chosen per engine step) or 'rows' "
+                             "(each row its own per step) "
                              "(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per phase (default: half the cores)")
     add_device_args(parser, dtype_help="the rollouts' dtype and the update's autocast dtype")
@@ -90,8 +91,12 @@ def summary_rows(plain: dict, spec: dict) -> list[tuple[str, str, str]]:
         ("accept length (steps that drafted)", "-", fmt(spec.get("accept_length"), "{:.2f}")),
         ("γ chosen: most often (mean)", "-", "-" if spec.get("gamma_mode") is None else
          f"{spec['gamma_mode']} ({spec['gamma_mean']:.1f})"),
-        ("rollout time / step (s, median)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
-        ("step time (s, median)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
+        *([("γ per row: mean (share plain)", "-", f"{spec['row_depth_mean']:.2f} ({spec['row_plain_share']:.0%})")]
+          if "row_depth_mean" in spec else []),
+        ("generation: s / step (median)", fmt(plain["gen_s"], "{:.2f}"), fmt(spec["gen_s"], "{:.2f}")),
+        ("generation: tokens / s (median)", fmt(plain["tokens_per_s"], "{:.0f}"), fmt(spec["tokens_per_s"], "{:.0f}")),
+        ("update: s / step (median)", fmt(plain["update_s"], "{:.2f}"), fmt(spec["update_s"], "{:.2f}")),
+        ("whole step: s / step (median)", fmt(plain["step_s"], "{:.2f}"), fmt(spec["step_s"], "{:.2f}")),
     ]
 
 
@@ -141,13 +146,14 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
         table.add_row(lines[0][0], *(cell for line in lines for cell in line[1:]))
     console.print(table)
     speed = Table(title=f"Speedup of MTP + RS over plain decoding at the same rows per step ({STATISTIC})")
-    for name in ("rows per step", "tokens / row-step", "step cost (plain steps)", "predicted", "rollout",
+    for name in ("rows per step", "tokens / row-step", "step cost (plain steps)", "predicted", "generation",
                  "end to end"):
         speed.add_column(name, justify="right")
     for r in regimes:
         s = r["speed"]
         speed.add_row(str(r["rows"]), _fmt(s.tokens_per_row_step), _fmt(s.step_cost), _fmt(s.predicted, "{:.2f}x"),
-                      _fmt(s.rollout, "{:.2f}x") + (" *" if s.beyond else ""), _fmt(s.end_to_end, "{:.2f}x"))
+                      _fmt(s.rollout, "{:.2f}x") + (" *" if s.beyond else ""),
+                      _fmt(s.end_to_end, "{:.2f}x") + (" †" if s.credit() else ""))
     console.print(speed)
     console.print("predicted: from measured costs, the tokens each row gains per engine step over what an engine step "
                   "of the MTP run costs in the plain run's engine steps (the decode loop only: prefill and the update "
@@ -155,11 +161,18 @@ def print_summary(regimes: list[dict], dirs: list[Path], head: str, wall_s: floa
     for r in regimes:
         if r["speed"].beyond:
             console.print(f"* {r['rows']} rows: {r['speed'].note()}.")
+        for note in r["speed"].credit():  # what the speedups owe to something other than drafting
+            console.print(f"† {r['rows']} rows: {note}.")
     chose = [f"γ={r['gamma_mode']} at {r['rows']} rows (mean {r['gamma_mean']:.1f} over engine steps)"
-             for r in regimes if r.get("gamma_mode") is not None]
+             for r in regimes if r.get("gamma_mode") is not None and "row_depth_mean" not in r["spec"]]
     if chose:
         console.print("γ=auto chose " + " and ".join(chose) + ": the depth that maximised measured tokens/s "
                       "(acceptance over step cost; γ=0 is plain decoding).")
+    per_row = [f"a mean γ of {r['spec']['row_depth_mean']:.2f} per row-step at {r['rows']} rows "
+               f"({r['spec']['row_plain_share']:.0%} at γ=0)" for r in regimes if "row_depth_mean" in r["spec"]]
+    if per_row:
+        console.print("γ=rows gave each row its own depth, " + " and ".join(per_row) + ": from its predicted "
+                      "acceptance, under the verify-token budget the measured step costs set (γ=0 decodes plainly).")
     console.print(why_they_differ(regimes))
     console.print("What a perfect draft head would reach here: [bold]bebop bench rl --self-draft policy[/bold]")
     console.print("runs: " + ", ".join(str(d) for d in dirs))

@@ -31,12 +31,13 @@ from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.data.tasks import dataset_config
 from bebop.data.tasks import get as get_task
 from bebop.heads.evaluate import (
-    MIN_FIT_POINTS,
     EvalMTPConfig,
     eval_setup,
     fit_slopes,
+    short_task,
     sweep,
     table2_cells,
+    unfitted,
     write_tables,
 )
 from bebop.metrics import rate_difference_interval, rate_interval
@@ -91,7 +92,7 @@ def _print_acceptance(rows: list[dict], console: Console) -> None:
                           "one is wider; noise: the difference's 95% interval holds 0; p(S) / K: a head's draft "
                           "vocabulary of K ids holds p(S) of the target's probability, its acceptance cap")
     for col in ("task", "T", "head", "method", "accept % [95% CI] accepted/drafted", "accept len", "H(p) draft", "d_TV",
-                "p(S) / K", "tok/s"):
+                "p(S) / K"):
         table.add_column(col, justify="right")
     extra = [("head", f"Δ vs {heads[0]}")] * (len(heads) > 1)
     extra += [("method", f"Δ vs {methods[0]}")] * (len(methods) > 1)
@@ -100,7 +101,7 @@ def _print_acceptance(rows: list[dict], console: Console) -> None:
     for r in rows:
         table.add_row(r["task"], f"{r['temperature']:g}", r["head"], r["method"], acceptance_cell(r),
                       f"{r['accept_length']:.2f}", f"{r['draft_entropy_mean']:.3f}", f"{r['d_tv_mean']:.3f}",
-                      vocab_cell(r), f"{r['tokens_per_s']:.0f}",
+                      vocab_cell(r),
                       *(delta_cell(r, _reference(rows, r, vary)) for vary, _ in extra))
     console.print(table)
 
@@ -123,23 +124,30 @@ def _print_table2(rows: list[dict], console: Console) -> None:
 
 
 def _print_fits(rows: list[dict], fits: list[dict], console: Console) -> None:
-    fitted = {(f["head"], f["method"]) for f in fits}
-    missing = [pair for pair in dict.fromkeys((r["head"], r["method"]) for r in rows) if pair not in fitted]
-    if missing:  # say why, rather than print an empty table
-        points = max(len({round(r["draft_entropy_mean"], 9) for r in rows if (r["head"], r["method"]) == pair
-                          and math.isfinite(r["draft_entropy_mean"])}) for pair in missing)
-        names = ", ".join(f"{head} {method}" for head, method in missing)
-        console.print(f"entropy law: no fit for {names}: a fit needs >= {MIN_FIT_POINTS} temperatures (distinct "
-                      f"draft entropies), this sweep has {points}", soft_wrap=True)
+    reasons: dict[str, list[str]] = {}
+    for (task, head, method), why in unfitted(rows, fits).items():  # say why, rather than print an empty table
+        reasons.setdefault(why, []).append(f"{short_task(task)} {head} {method}")
+    for why, names in reasons.items():
+        console.print(f"entropy law: no fit for {', '.join(names)}: {why}", soft_wrap=True)
     if not fits:
         return
-    fit_table = Table(title="entropy law over the sweep: acceptance = a + slope·H")
-    for col in ("head", "method", "slope", "95% CI", "r2", "points"):
+    fit_table = Table(title="entropy law over the sweep, one line per task (finding 1): accept length per nat of the "
+                            "drafted positions' entropy [95% CI], R² (acceptance rate per nat)")
+    for col in ("task", "head", "method", "accept length per nat [95% CI]", "R²", "(acceptance per nat [95% CI], R²)",
+                "points"):
         fit_table.add_column(col, justify="right")
     for f in fits:
-        fit_table.add_row(f["head"], f["method"], f"{f['slope']:+.3f}",
-                          f"[{f['slope_ci'][0]:+.3f}, {f['slope_ci'][1]:+.3f}]", f"{f['r2']:.2f}", str(f["n"]))
+        fit_table.add_row(short_task(f["task"]), f["head"], f["method"],
+                          f"{f['length_slope']:+.3f} {_ci(f['length_slope_ci'])}", f"{f['length_r2']:.2f}",
+                          f"({f['slope']:+.3f} {_ci(f['slope_ci'])}, {f['r2']:.2f})", str(f["n"]))
     console.print(fit_table)
+    for f in fits:  # what the points cannot support (bebop.entropy_law): said under the table, never dropped
+        for flag in f.get("flags", ()):
+            console.print(f"{short_task(f['task'])} {f['head']} {f['method']}: {flag}", soft_wrap=True)
+
+
+def _ci(interval) -> str:
+    return f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if others:
         print(f"note: {args.root} also holds {len(others)} real run(s) ({', '.join(others[:3])}"
               f"{', ...' if len(others) > 3 else ''}); the dashboard marks the preview's as synthetic")
+    print(f"open them: bebop dashboard --runs {args.root}   (synthetic runs are marked as such"
+          + (" and, beside the real ones, shown only when picked in the sidebar)" if references or others else ")"))
     if args.live is None:
         return 0
     config = replace(preview_configs(args.live_steps)[3], name="live", seed=7)

@@ -76,11 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help=f"tokens per completion; {_preset_default('max_new_tokens')}")
     parser.add_argument("--gamma", type=gamma_arg, default=None,
-                        help="draft depth γ of TO/RS rollouts and of the online head's loss, or 'auto': the engine "
-                             "chooses each step's γ in 0..--max-gamma from measured acceptance and step costs "
+                        help="draft depth γ of TO/RS rollouts and of the online head's loss, 'auto' (the engine "
+                             "chooses each step's γ in 0..--max-gamma from measured acceptance and step costs) or "
+                             "'rows' (each row its own γ per step, under a verify-token budget) "
                              f"(default: auto; with --backend vllm, which fixes γ at start, {RLConfig.gamma})")
     parser.add_argument("--max-gamma", type=int, default=None,
-                        help=f"with --gamma auto, the deepest draft; {_preset_default('max_gamma')}")
+                        help=f"with --gamma auto or rows, the deepest draft; {_preset_default('max_gamma')}")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per phase (default: half the cores each for generation and update)")
     parser.add_argument("--micro-batch-tokens", type=int, default=None,

@@ -1,20 +1,26 @@
 """Batched plain and speculative generation with an MTP draft head (or prompt lookup, `bebop.engine.lookup`).
 
 One loop serves plain decoding (gamma = 0) and speculative decoding, so comparisons are fair.
-Per speculative step, for every active row at once:
+Per speculative step, for every active row at once, each row at its own depth (a static γ or gamma="auto" give every
+row the same; gamma="rows" each its own, from the head or prompt lookup: bebop.engine.depth.rows):
 
-  1. draft    gamma tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy")
-  2. verify   one target forward over [pending token, drafts] (gamma + 1 positions), then `bebop.verify`
+  1. draft    each row's tokens from the MTP head (sampled from q for "rs", argmax q for "to"/"greedy") or prompt
+              lookup; q stays over the head's draft vocabulary (bebop.engine.sources)
+  2. verify   one target forward over each row's [pending token, drafts] (its depth + 1 positions, the rows packed:
+              bebop.engine.ragged), then `bebop.verify.verify_scores`; a row at depth 0 decodes plainly in it
   3. sync     ONE device->host transfer: accepted counts, emitted tokens, their log-probs and entropies
   4. retire   rows that hit a stop token or string or their budget leave the batch (the long tail shrinks it)
-  5. advance  each row's KV cache by its own accepted count + 1, and catch the head's cache up on the
-              accepted tokens; the same forward yields the next step-1 draft. A plain step under gamma="auto"
-              leaves the head's cache behind, to catch up when a step drafts again (bebop.engine.head_cache): plain
-              decoding then costs what it costs without a head, and the head stays ready for the tail
+  5. advance  each row's KV cache by its own accepted count + 1 (lengths only: a rejected draft's slots stay, stale,
+              to be overwritten), and catch the head's cache up on the accepted tokens; the same forward yields the
+              next step-1 draft. A step where no row drafts leaves the head's cache behind, to catch up when a step
+              drafts again (bebop.engine.head_cache): plain decoding then costs what it costs without a head, and the
+              head stays ready for the tail
 
 The device work of 1, 2 and 5 is `bebop.engine.step` (draft, verify_rows, catch_up), eager or compiled, which also owns
 the layouts shared with this module: the step's uniforms (`draw_uniforms`, from the engine's generator) and the
-host table (`unpack_host_row`). This module keeps the host side: the generator, the sync, the bookkeeping of rows.
+host table (`unpack_host_row`, read back by bebop.engine.retire). This module keeps the host side: the generator,
+the depth's decision before each step (from what the rows emitted only), the bookkeeping of rows. A `PhaseClock`
+(bebop.engine.phases) times each step's phases.
 
 State between steps: the target cache holds positions 0..L-1 of a row, `pending` is the token at L (sampled,
 not yet in the cache), and the head's cache is valid up to L-1, where its last entry is the step-1 draft query
@@ -33,9 +39,14 @@ from bebop.engine.buckets import Buckets, CachePool
 from bebop.engine.depth import Choice, Depth, DepthConfig, DepthController, FixedDepth
 from bebop.engine.head_cache import FeedRows, HeadCache
 from bebop.engine.lookup import PromptLookup
+from bebop.engine.phases import PhaseClock, tick
 from bebop.engine.rollout import Env, GenerationConfig, Rollout, RolloutBuilder, check_request, decode_stats
 from bebop.engine.stops import Decode
-from bebop.engine.step import StepRow, catch_up, draft, draw_uniforms, graphed, unpack_host_row, verify_rows
+from bebop.engine.ragged import layout_of
+from bebop.engine.depth.rows import RowDepths, RowsConfig
+from bebop.engine.sources import Histories, by_slot, row_states, step_drafts
+from bebop.engine.retire import host_rows, retire
+from bebop.engine.step import catch_up, draft, draw_uniforms, graphed, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
@@ -49,6 +60,8 @@ class Stepped:
     seconds: float  # the step's seconds, before any env feed
     switch_s: float  # of them, catching the head up after plain steps (a price of switching depth, not of γ)
     num_accepted: list[int]  # per row that ran it
+    depths: list[int]  # each row's depth
+    draft_s: float  # of `seconds`, drafting: the draft itself (head or lookup) and the head's catch-up on the kept
 
 
 class Engine:
@@ -83,7 +96,8 @@ class Engine:
     full_logprobs = True
 
     def __init__(self, model: torch.nn.Module, mtp: torch.nn.Module | PromptLookup | None = None, *,
-                 compile: bool = False, buckets: Buckets | None = None, depth: DepthController | None = None):
+                 compile: bool = False, buckets: Buckets | None = None, depth: DepthController | None = None,
+                 phases: PhaseClock | None = None):
         # The draft: an MTP head, or prompt lookup (a draft with no model: bebop.engine.lookup).
         self.lookup = mtp if isinstance(mtp, PromptLookup) else None
         mtp = None if self.lookup is not None else mtp
@@ -93,6 +107,8 @@ class Engine:
         # gamma="auto": what chooses each step's depth. It learns across generate() calls (acceptance and step
         # costs of this engine), so one is kept per (max_gamma, method); `depth` fixes the one every call uses.
         self.depth, self._fixed_depth, self._depths = depth, depth is not None, {}
+        self.phases = phases  # a PhaseClock times every decoding step's phases (profiling: bebop.engine.phases)
+        self.row_lookup = PromptLookup()  # the rows a per-row choice has draft by lookup beside the head
         self.config = model.config
         if mtp is not None:
             check_head_fits(mtp.config, self.config)
@@ -154,13 +170,24 @@ class Engine:
             batch = self._new_batch(prompts, config)
             self._settle(batch, [(i, 0, list(p)) for i, p in enumerate(prompts)], config, generator, out)
             timing["prefill"] = time.perf_counter() - start
+            clock, histories = self.phases, Histories(self.lookup or self.row_lookup, out)
             while batch.rows:
+                if clock is not None:
+                    clock.begin()
                 # The depth comes from earlier steps' counters only, never this step's draws: lossless.
                 rows = len(batch.rows)
-                choice = depth.decide(rows)
-                step = self._step(batch, choice.gamma, config, generator, out, verdicts, timing)
-                depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
+                choice = (depth.decide(rows, row_states(batch, out, histories if depth.config.lookup else None))
+                          if getattr(depth, "per_row", False) else depth.decide(rows))
+                tick(clock, "depth")
+                step = self._step(batch, choice, config, generator, (out, histories), verdicts, timing)
+                if getattr(depth, "per_row", False):
+                    depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, step.switch_s, step.draft_s)
+                else:
+                    depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
                 choices.append((choice, step.seconds))
+                if clock is not None:
+                    clock.end("depth", kind=f"γ={choice.gamma}" if choice.gamma else "plain", rows=rows,
+                              tokens=rows + sum(step.num_accepted))
         wall = time.perf_counter() - start
         return out.build(decode_stats(out, verdicts, timing, wall, choices, config))
 
@@ -174,9 +201,10 @@ class Engine:
                 raise ValueError(f"the engine's depth controller chooses up to {self.depth.max_gamma}, "
                                  f"config.max_gamma is {config.max_gamma}")
             return self.depth
-        key = (config.max_gamma, config.method)
+        key = (config.max_gamma, config.method, config.per_row)
         if key not in self._depths:
-            self._depths[key] = DepthController(DepthConfig(config.max_gamma))
+            rows = RowsConfig(config.max_gamma, head=self.mtp is not None)
+            self._depths[key] = RowDepths(rows) if config.per_row else DepthController(DepthConfig(config.max_gamma))
         self.depth = self._depths[key]
         return self.depth
 
@@ -268,97 +296,87 @@ class Engine:
         if done:
             batch.keep(self.buckets, self.pool, (self.model, self.mtp), [i for i in range(len(batch.rows)) if i not in done])
 
-    def _step(self, batch: Batch, gamma: int, config, generator, out: RolloutBuilder, verdicts: dict,
-              timing) -> Stepped:
-        """One decoding step at depth `gamma`: what it took and what each row accepted."""
-        sampling = config.sampling
+    def _step(self, batch: Batch, choice: Choice, config, generator, rollout: tuple[RolloutBuilder, Histories],
+              verdicts: dict, timing) -> Stepped:
+        """One decoding step, each row at its depth in `choice`, into `rollout` (what the rows emitted, and their
+        lookup indexes): what it took and what each row accepted."""
+        clock, (out, histories) = self.phases, rollout
+        depths = choice.row_depths()
+        gamma = max(depths, default=0)
         kv_len = self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len)
         t0, switch_s = time.perf_counter(), 0.0
         if gamma > 0 and batch.head_lag:  # the price of drafting again after plain steps, told apart from γ's own
             self.head_cache.catch_up(batch)
             switch_s = time.perf_counter() - t0
-        # A lookup's q is one-hot at its draft: RS's test is TO's (bebop.engine.lookup), so it is verified as TO.
-        method = "to" if self.lookup is not None and config.method == "rs" else config.method
-        uniforms = draw_uniforms(len(batch.rows), gamma, method, generator, self.device)  # [B, n]
+            tick(clock, "catch_up")
+        uniforms = draw_uniforms(len(batch.rows), gamma, self._uniforms_method(choice, config), generator, self.device)
         if batch.capacity > len(batch.rows):  # padding rows draw nothing: the live rows' draws stay the same
             uniforms = uniforms.new_zeros(batch.capacity, uniforms.shape[1]).index_copy_(
                 0, upload(batch.slots, self.device), uniforms)  # [P, n]
-        # 1. draft
-        if gamma > 0 and self.lookup is not None:
-            draft_tokens, draft_probs = self._look_up(batch, gamma, out), None  # [P, γ]
-        elif gamma > 0:
-            draft_tokens, draft_probs = self.draft_step(
-                self.model, self.mtp, batch.draft_logits, batch.draft_hidden, batch.draft_cache, uniforms,
-                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma, batch.draft_cache.max_len), gamma=gamma,
-                method=config.method, sampling=sampling)  # [P, γ], [P, γ, V] | None
-        else:
-            draft_tokens, draft_probs = torch.empty(batch.capacity, 0, dtype=torch.long, device=self.device), None
+        tick(clock, "uniforms")
+        # 1. draft: each row to its own depth, from the head or prompt lookup (bebop.engine.sources)
+        drafts = step_drafts(self, batch, choice, config, uniforms, histories)
+        ragged = choice.depths is not None and len(set(depths)) > 1
+        widths = by_slot(batch, [d + 1 for d in depths], 1) if ragged else [gamma + 1] * batch.capacity
+        layout = layout_of(widths, batch.capacity, self.device)
         self._sync(config)
         t1 = time.perf_counter()
-        # 2. verify: one target forward over the pending token and the drafts
+        # 2. verify: one target forward over each row's pending token and its drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
-            self.model, batch.pending, draft_tokens, draft_probs, batch.cache, uniforms, kv_len=kv_len,
-            method=method, sampling=sampling, taps=self.taps)
+            self.model, batch.pending, drafts, batch.cache, uniforms, kv_len=kv_len, method=config.method,
+            sampling=config.sampling, layout=layout, clock=None if self.compiled else clock, taps=self.taps)
+        tick(clock if self.compiled else None, "compiled")
         self._sync(config)
         t2 = time.perf_counter()
         # 3. sync: the one device->host copy per step
-        table = host_copy(host).tolist()  # HOST SYNC
-        results = [unpack_host_row(table[slot], gamma) for slot in batch.slots]
-        if gamma > 0:
-            verdicts.setdefault(gamma, []).extend([r.num_accepted, *r.verified_entropies] for r in results)
+        results = host_rows(host, batch, depths, verdicts, clock)  # HOST SYNC
         # 4. retire finished rows; rows whose stop token got an env reply are parked for a feed
-        keep, parked = self._retire(batch, results, gamma, out)
+        keep, parked = retire(batch, results, depths, out)
+        tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
             index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep)
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))
+            tick(clock, "compact")
+        head_s = 0.0
         if batch.rows:
-            accepted_host = [results[i].num_accepted for i in keep]
-            self._advance(batch, gamma, num_accepted, accepted_host, next_token, emitted, hidden, config)
+            head_s = self._advance(batch, gamma, num_accepted, [results[i].num_accepted for i in keep], next_token,
+                                   emitted, hidden, config)
+            tick(clock, "advance")
         seconds = time.perf_counter() - t0
         if parked:
             self._settle(batch, parked, config, generator, out)
+            tick(clock, "feed")
         self._sync(config)
         t3 = time.perf_counter()
         timing["draft"] += t1 - t0
         timing["verify"] += t2 - t1
         timing["advance"] += t3 - t2
-        return Stepped(seconds, switch_s, [r.num_accepted for r in results])
+        return Stepped(seconds, switch_s, [r.num_accepted for r in results], depths, t1 - t0 - switch_s + head_s)
 
-    def _look_up(self, batch: Batch, gamma: int, out: RolloutBuilder) -> torch.Tensor:
-        """Each live row's γ prompt-lookup drafts [P, γ] from its history so far (padding rows draft token 0)."""
-        drafts = [self.lookup.propose(out.history(row), gamma) for row in batch.rows]
-        if batch.capacity == len(batch.rows):
-            return upload(drafts, self.device)
-        return torch.zeros(batch.capacity, gamma, dtype=torch.long, device=self.device).index_copy_(
-            0, upload(batch.slots, self.device), upload(drafts, self.device))
-
-    def _retire(self, batch: Batch, results: list[StepRow], gamma: int,
-                out: RolloutBuilder) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
-        """Append each row's emitted tokens to `out`. Returns the rows that go on (indices into the batch) and the
-        parked rows' feeds for `_settle`: (index among the kept rows, start position, [stop token, env reply...])."""
-        keep, parked = [], []
-        for i, r in enumerate(results):
-            n = r.num_accepted
-            origins = ["plain"] if gamma == 0 else ["accepted"] * n + ["recovered" if n < gamma else "bonus"]
-            state, stop_at, reply = out.append(batch.rows[i], r.tokens, r.logprobs, r.entropies, origins)
-            if state != "done":
-                keep.append(i)
-            if state == "park":  # cache through the token before the stop; feed [stop, reply...] from there
-                parked.append((len(keep) - 1, batch.lengths[i] + stop_at + 1, [r.tokens[stop_at], *reply]))
-        return keep, parked
+    def _uniforms_method(self, choice: Choice, config) -> str:
+        """The uniforms' layout (bebop.engine.step): a lookup's q is one-hot at its draft, RS's test is then TO's, so a
+        step whose every row drafts by lookup draws TO's numbers (no draft draws)."""
+        looked = choice.lookup if choice.lookup is not None else (self.lookup is not None,)
+        return "to" if all(looked) and config.method == "rs" else config.method
 
     def _advance(self, batch: Batch, gamma: int, num_accepted, accepted_host: list[int], next_token, emitted,
-                 hidden, config) -> None:
+                 hidden, config) -> float:
+        """Move the caches past what each row kept; returns the seconds of the head's catch-up (0 without one)."""
+        start = time.perf_counter()
+        head_s = 0.0
         if batch.draft_cache is not None and gamma == 0:  # gamma="auto" chose plain decoding: the head waits
             batch.head_lag.append((hidden, emitted))  # [P, 1, d], [P, 1]
             batch.cache.lengths += 1
         elif batch.draft_cache is not None:
             batch.draft_hidden, batch.draft_logits = self.catch_up_step(
                 self.model, self.mtp, hidden, emitted, num_accepted, batch.cache, batch.draft_cache,
-                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len))
+                kv_len=self.buckets.kv_len(max(batch.lengths) + gamma + 1, batch.cache.max_len),
+                clock=None if self.compiled else self.phases)
+            tick(self.phases if self.compiled else None, "compiled")
+            head_s = time.perf_counter() - start
         else:
             batch.cache.lengths += num_accepted + 1
         if batch.capacity > len(batch.rows):
@@ -368,3 +386,4 @@ class Engine:
                     cache.lengths.clamp_(max=cache.max_len - config.depth - 1)
         batch.lengths = [length + n + 1 for length, n in zip(batch.lengths, accepted_host)]
         batch.pending = next_token
+        return head_s

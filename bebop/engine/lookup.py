@@ -38,10 +38,55 @@ class PromptLookup:
 
     def propose(self, history: list[int], gamma: int) -> list[int]:
         """γ draft tokens continuing `history` (whose last token is the pending one)."""
+        n, start = self.match(history)
+        if n == 0:
+            return [history[-1]] * gamma
+        follow = history[start + n:start + n + gamma]
+        return follow + [follow[-1]] * (gamma - len(follow))
+
+    def match(self, history: list[int]) -> tuple[int, int]:
+        """(n, start): the longest n-gram ending `history` that occurred earlier, and where its latest earlier
+        occurrence starts; (0, 0) without one. n is what a per-row choice of draft reads: the longer the match, the
+        likelier its continuation (bebop.engine.depth.rows)."""
         for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):
             suffix = history[-n:]
             for start in range(len(history) - n - 1, -1, -1):  # the latest earlier occurrence wins
                 if history[start:start + n] == suffix:
-                    follow = history[start + n:start + n + gamma]
-                    return follow + [follow[-1]] * (gamma - len(follow))
-        return [history[-1]] * gamma
+                    return n, start
+        return 0, 0
+
+
+class LookupIndex:
+    """`PromptLookup.match` / `propose` over one row's growing history in O(max_ngram) per token instead of a scan of
+    the whole history per step: for each n-gram, where its latest occurrence starts and where the one before it did
+    (the latest *earlier* occurrence of the suffix is the one before the suffix itself)."""
+
+    def __init__(self, lookup: PromptLookup):
+        self.lookup, self.tokens = lookup, []
+        self._starts: dict[tuple[int, ...], tuple[int, int | None]] = {}  # n-gram -> (latest start, previous)
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append `tokens` to the history."""
+        for token in tokens:
+            self.tokens.append(token)
+            end = len(self.tokens)
+            for n in range(self.lookup.min_ngram, min(self.lookup.max_ngram, end) + 1):
+                gram = tuple(self.tokens[end - n:])
+                latest = self._starts.get(gram)
+                self._starts[gram] = (end - n, None if latest is None else latest[0])
+
+    def match(self) -> tuple[int, int]:
+        """As `PromptLookup.match(history)`."""
+        for n in range(min(self.lookup.max_ngram, len(self.tokens) - 1), self.lookup.min_ngram - 1, -1):
+            entry = self._starts.get(tuple(self.tokens[-n:]))
+            if entry is not None and entry[1] is not None:
+                return n, entry[1]
+        return 0, 0
+
+    def propose(self, gamma: int) -> list[int]:
+        """As `PromptLookup.propose(history, gamma)`."""
+        n, start = self.match()
+        if n == 0:
+            return [self.tokens[-1]] * gamma
+        follow = self.tokens[start + n:start + n + gamma]
+        return follow + [follow[-1]] * (gamma - len(follow))

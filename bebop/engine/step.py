@@ -27,9 +27,11 @@ import torch
 from torch.fx.experimental import _config as fx_config
 from torch.utils._pytree import tree_map_only
 
+from bebop.engine.phases import PhaseClock, tick
+from bebop.engine.ragged import Layout, ragged_forward, rectangle_hidden
 from bebop.models.kvcache import KVCache
-from bebop.sampling import entropy, probs_from_logits, sample
-from bebop.verify import verify
+from bebop.sampling import normaliser_and_entropy, probs_from_logits, sample, scaled_logits
+from bebop.verify import Drafts, verify_scores
 
 # (temperature, top_k, top_p, vocab_limit): GenerationConfig.sampling, the arguments of bebop.sampling.scaled_logits
 Sampling = tuple[float, int | None, float | None, int | None]
@@ -73,82 +75,110 @@ class StepRow:
     tokens: list[int]  # accepted drafts, then the recovered or bonus token
     logprobs: list[float]  # log p(token) under the processed target distribution
     entropies: list[float]  # H(p) in nats at each emitted position
-    verified_entropies: list[float]  # H(p_1..p_γ) at the γ verified positions, emitted or not (SpecCounters)
+    verified_entropies: list[float]  # H(p_1..p_d) at the row's d verified positions, emitted or not (SpecCounters)
 
 
-def unpack_host_row(row: list[float], gamma: int) -> StepRow:
-    """The inverse of `pack_host_table` for one row (a list from the table's `.tolist()`)."""
+def unpack_host_row(row: list[float], gamma: int, depth: int | None = None) -> StepRow:
+    """The inverse of `pack_host_table` for one row (a list from the table's `.tolist()`) of a step of width γ + 1
+    whose row verified `depth` drafts (default γ)."""
     n, width = int(row[0]), gamma + 1
     emitted, logprobs, entropies = (row[1 + i * width : 1 + (i + 1) * width] for i in range(3))  # γ+1 each
-    return StepRow(n, [int(t) for t in emitted[: n + 1]], logprobs[: n + 1], entropies[: n + 1], entropies[:gamma])
+    verified = entropies[: gamma if depth is None else depth]
+    return StepRow(n, [int(t) for t in emitted[: n + 1]], logprobs[: n + 1], entropies[: n + 1], verified)
 
 
-def draft(model, mtp, logits: torch.Tensor, hidden: torch.Tensor, cache: KVCache, uniforms: torch.Tensor, *,
-          kv_len: int, gamma: int, method: str, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """gamma draft tokens [B, γ] from the head's step-1 logits [B, K] and hidden [B, 1, d], and for "rs" their
-    draft distributions [B, γ, V]. Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
+def draft(model, mtp, query: tuple[torch.Tensor, torch.Tensor], cache: KVCache, uniforms: torch.Tensor, *,
+          kv_len: int, gamma: int, method: str, sampling: Sampling, clock: PhaseClock | None = None
+          ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """gamma draft tokens [B, γ] from the head's step-1 query (its logits [B, K] and hidden [B, 1, d]); for "rs"
+    q at each draft, q(ŷ) [B, γ], and q itself over the head's draft vocabulary [B, γ, K] (for the others q is a
+    one-hot at the draft: None, None). Steps 2..γ run the head on its own output; `cache.lengths` ends where it began.
 
-    A head with a draft vocabulary S (K < V) samples (or takes the argmax) among S's K tokens and its q is
-    spread over V with zeros off S: the q verified is the q sampled from. S's ids all lie below the vocab limit
-    (`check_request`), so over S the limit has nothing left to mask."""
-    tokens, probs = [], []
+    q stays where the head drafted it: over its draft vocabulary S (K < V) it is never spread over V, the verifier
+    reads it there (`bebop.verify.verify_scores`). S's ids all lie below the vocab limit (`check_request`), so over S
+    the limit has nothing left to mask."""
+    (logits, hidden), tokens, probs, hats = query, [], [], []
     uniforms = draft_uniforms(uniforms, gamma)  # [B, γ]
     on_s = (*sampling[:3], None) if mtp.draft_ids is not None else sampling
     for k in range(gamma):
         draft_probs = probs_from_logits(logits, *on_s)  # [B, K]
-        index = sample(draft_probs, uniform=uniforms[:, k]) if method == "rs" else draft_probs.argmax(-1)  # [B]
+        if method == "rs":
+            index = sample(draft_probs, uniform=uniforms[:, k])  # [B]
+            hats.append(draft_probs.gather(-1, index[:, None])[:, 0])  # [B] q(ŷ)
+            probs.append(draft_probs)
+        else:
+            index = draft_probs.argmax(-1)  # [B]
         token = mtp.to_target(index)  # [B] target ids
         tokens.append(token)
-        probs.append(draft_probs)
+        tick(clock, "draft_sample")
         if k + 1 < gamma:
             # Step k+2 sits at position L + k: one past the previous draft query.
             _, hidden = mtp.forward_cached(model, hidden, token[:, None], cache, kv_len=kv_len, compute_logits=False)
             logits = mtp.logits(model, hidden)[:, 0]  # [B, K]
             cache.lengths += 1
+            tick(clock, "draft_forward")
     cache.lengths -= gamma - 1
-    return torch.stack(tokens, 1), (mtp.full_probs(torch.stack(probs, 1)) if method == "rs" else None)
+    if method != "rs":
+        return torch.stack(tokens, 1), None, None
+    return torch.stack(tokens, 1), torch.stack(hats, 1), torch.stack(probs, 1)
 
 
-def verify_rows(model, pending: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
-                cache: KVCache, uniforms: torch.Tensor, *, kv_len: int, method: str, sampling: Sampling,
+def verify_rows(model, pending: torch.Tensor, drafts: Drafts, cache: KVCache, uniforms: torch.Tensor, *,
+                kv_len: int, method: str, sampling: Sampling, layout: Layout, clock: PhaseClock | None = None,
                 taps: tuple[int, ...] = ()):
-    """One target forward over [pending [B], drafts [B, γ]], then verification (or, at γ = 0, a plain draw).
+    """One target forward over [pending [B], drafts.tokens [B, G]] at the positions `layout` computes (each row
+    its pending token and its own drafts.depths[b] drafts), then verification (`bebop.verify.verify_scores`).
 
-    Returns (host [B, 3γ+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
-    [B, γ+1] (accepted drafts, then next_token repeated); hidden [B, γ+1, d], or with `taps` (a fused head's feature
-    layers) the features [B, γ+1, (1 + n) d] it reads). The cache gets the γ+1 K/V entries but keeps its lengths."""
-    batch, gamma = draft_tokens.shape
-    uniforms = verify_uniforms(uniforms, gamma)  # [B, γ+1]
-    tokens = torch.cat([pending[:, None], draft_tokens], 1)  # [B, γ+1]
-    logits, hidden = model.forward(tokens, cache, kv_len=kv_len, taps=taps)  # [B, γ+1, V], [B, γ+1, (1 + n) d]
-    target_probs = probs_from_logits(logits, *sampling)  # [B, γ+1, V]
-    if gamma > 0:
-        verdict = verify(draft_tokens, target_probs, draft_probs, method=method, uniforms=uniforms, validate=False)
-        num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]
-    else:
-        num_accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
-        next_token = sample(target_probs[:, 0], uniform=uniforms[:, 0])
-    position = torch.arange(gamma + 1, device=tokens.device)  # [γ+1]
-    padded = torch.cat([draft_tokens, next_token[:, None]], 1)  # [B, γ+1]
-    emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, γ+1]
-    logp = target_probs.gather(-1, emitted[..., None])[..., 0].log()  # [B, γ+1]
-    ent = entropy(target_probs)  # [B, γ+1]
-    return pack_host_table(num_accepted, emitted, logp, ent), num_accepted, next_token, emitted, hidden
+    The target's law enters through its scaled logits and their log-normalisers only: p at a draft is
+    exp(score - log-normaliser), the full distribution is formed at one position per row (the deciding one), and
+    each position's entropy comes from the same exponentials (`normaliser_and_entropy`).
+
+    Returns (host [B, 3G+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
+    [B, G+1] (accepted drafts, then next_token repeated); hidden [B, G+1, d], or with `taps` (a fused head's feature
+    layers) the features [B, G+1, (1 + n) d] it reads, zero past a row's width). The cache
+    gets the computed positions' K/V but keeps its lengths."""
+    batch, gamma = drafts.tokens.shape
+    uniforms = verify_uniforms(uniforms, gamma)  # [B, G+1]
+    tokens = torch.cat([pending[:, None], drafts.tokens], 1)  # [B, G+1]
+    hidden = ragged_forward(model, tokens, layout, cache, kv_len, taps)  # [N, d] or [N, (1 + n) d]
+    tick(clock, "verify_forward")
+    logits = model.lm_logits(hidden)  # [N, V]
+    tick(clock, "verify_lm_head")
+    scores = scaled_logits(logits, *sampling)  # [N, V]
+    masked = sampling[0] == 0 or any(x is not None for x in sampling[1:])
+    log_normaliser, entropies = normaliser_and_entropy(scores, masked)  # [N], [N]
+    tick(clock, "target_probs")
+    verdict = verify_scores(scores, log_normaliser, layout.index, drafts, uniforms, method, clock=clock)
+    num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]
+    tick(clock, "next_token")
+    position = torch.arange(gamma + 1, device=tokens.device)  # [G+1]
+    padded = torch.cat([drafts.tokens, next_token[:, None]], 1)  # [B, G+1]
+    emitted = torch.where(position < num_accepted[:, None], padded, next_token[:, None])  # [B, G+1]
+    index = layout.index  # [B, G+1]
+    logp = scores.flatten()[index * scores.shape[1] + emitted] - log_normaliser[index]  # [B, G+1]
+    host = pack_host_table(num_accepted, emitted, logp, entropies[index])
+    tick(clock, "stats")
+    return host, num_accepted, next_token, emitted, rectangle_hidden(hidden, layout)
 
 
 def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accepted: torch.Tensor,
-             cache: KVCache, draft_cache: KVCache, *, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+             cache: KVCache, draft_cache: KVCache, *, kv_len: int,
+             clock: PhaseClock | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Advance both caches by each row's num_accepted + 1 and catch the head up on the emitted tokens.
 
     The head's entry L+i pairs the target's h_{L+i} (hidden [B, γ+1, d]) with emitted token i (emitted [B, γ+1]);
     the entry at the row's accepted count is the next step-1 draft query, whose hidden [B, 1, d] and logits [B, V]
     are returned ([B, K] over the head's draft vocabulary). Later entries are stale, overwritten later."""
     _, out = mtp.forward_cached(model, hidden, emitted, draft_cache, kv_len=kv_len, compute_logits=False)
+    tick(clock, "draft_forward")
     rows = torch.arange(emitted.shape[0], device=emitted.device)  # [B]
     draft_hidden = out[rows, num_accepted][:, None]  # [B, 1, d]
     draft_cache.lengths += num_accepted + 1
     cache.lengths += num_accepted + 1
-    return draft_hidden, mtp.logits(model, draft_hidden)[:, 0]
+    tick(clock, "advance")
+    logits = mtp.logits(model, draft_hidden)[:, 0]  # [B, K]
+    tick(clock, "draft_forward")
+    return draft_hidden, logits
 
 
 def graphed(fn):

@@ -248,7 +248,7 @@ class VLLMEngine:
     def _check(self, prompts: list[list[int]], config: GenerationConfig) -> None:
         check_prompts(prompts, self.config.vocab_size)
         if config.auto:
-            raise ValueError("gamma='auto' chooses each step's depth in bebop's engine; vLLM's speculative_config "
+            raise ValueError(f"gamma={config.gamma!r} chooses depths in bebop's engine; vLLM's speculative_config "
                              "fixes it at start: pass an int gamma")
         if config.gamma > 0 and self.speculative is None:
             raise ValueError(f"gamma={config.gamma} drafts with an MTP head, which vLLM runs only through bebop's "

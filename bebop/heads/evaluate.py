@@ -20,7 +20,7 @@ entropy-law fit needs at least 3 distinct draft entropies (temperatures x tasks)
 Run directory (kind "eval-mtp"):
     table.csv / table.json   one row per (task, temperature, head, method)
     table2.csv               Table 2 layout: RS acceptance % at the temperature nearest 1, heads x tasks
-    fits.json                acceptance = a + slope·entropy per (head, method) over the sweep's points
+    fits.json                acceptance = a + slope·entropy per (task, head, method) over the temperatures
     tokens.jsonl             one record per reached draft position: task, temperature, head, method, pos,
                              entropy (H(p) at that position, nats), accepted (0/1): fit the entropy law
                              per token with `bebop.metrics.fit_entropy_law` from these
@@ -37,6 +37,14 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from bebop.device import check_device_name
 from bebop.data.batches import pad
@@ -49,6 +57,7 @@ from bebop.engine.rollout import GenerationConfig
 from bebop.heads.data import anchor_mask
 from bebop.draft_vocab import coverage, log_normaliser, target_logp
 from bebop.losses_from_hidden import acceptance_alpha_from_hidden
+from bebop.entropy_law import NEAR_UNIFORM
 from bebop.metrics import derive, fit_entropy_law
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
@@ -177,7 +186,8 @@ def evaluate_one(model, tokenizer, head: MTPHead | PromptLookup, task, examples,
         "coverage": share,  # p(S): what any draft over S could accept at most (1 without a draft vocabulary)
         "num_draft_tokens": int(stats["spec/num_draft_tokens"]),
         "num_accepted_tokens": int(stats["spec/num_accepted_tokens"]),
-        "tokens_per_s": stats["num_generated_tokens"] / max(stats["wall_time_s"], 1e-9),
+        # ln V: the entropy of the uniform distribution, near which (NEAR_UNIFORM of it) the fit leaves points out
+        "max_entropy": math.log(model.lm_head.weight.shape[0]),
         "reward": (sum(task.rewards(examples, [c.text for c in completions])) / len(examples)
                    if getattr(task, "verifiable", True) else math.nan),  # chat: no verifier
     }
@@ -189,30 +199,49 @@ def sweep(model, tokenizer, heads: dict[str, MTPHead], config: EvalMTPConfig, ru
     """All (task, temperature, head, method) rows; with `run` (opened by `bebop.runlog.session` and begun), per-token
     records go to its `tokens` stream and each row to its status. `tasks`: config.tasks as the job got them
     (`bebop.data.tasks.get`; None: got here)."""
-    rows, console, writer = [], Console(stderr=True, quiet=not progress), None if run is None else run.writer
+    rows, writer = [], None if run is None else run.writer
     tasks = tasks if tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}
-    for task_name in config.tasks:
-        # a task with a held-out split (reasoning-gym's questions, the code styles' functions, chat's requests) is
-        # measured on it: prompts a head's corpus, drawn from the training split, never holds
-        task = tasks[task_name].heldout() if hasattr(tasks[task_name], "heldout") else tasks[task_name]
-        examples = task.sample(config.num_prompts, seed=EVAL_SEED + config.seed)
-        for temperature in config.temperatures:
-            for label, head in heads.items():
-                # prompt lookup's q is one-hot: RS tests what TO tests, so it runs once, as TO
-                for method in ("to",) if isinstance(head, PromptLookup) else config.methods:
-                    start = time.perf_counter()
-                    row, completions = evaluate_one(model, tokenizer, head, task, examples, method=method,
-                                                    temperature=temperature, config=config)
-                    keys = {"task": task_name, "temperature": temperature, "head": label, "method": method}
-                    rows.append({**keys, **row})
-                    if writer is not None:
-                        for record in token_records(completions, **keys):
-                            writer.log("tokens", record)
-                        writer.status(message=f"{task_name} T={temperature} {label} {method}", rows=len(rows))
-                    console.log(f"{task_name} T={temperature} {label:>8} {method}: acceptance "
-                                f"{row['acceptance_rate']:.3f}, H {row['draft_entropy_mean']:.3f}, "
-                                f"d_tv {row['d_tv_mean']:.3f} ({time.perf_counter() - start:.1f} s)")
+    # prompt lookup's q is one-hot: RS tests what TO tests, so it runs once, as TO
+    cells = [(task_name, temperature, label, method) for task_name in config.tasks
+             for temperature in config.temperatures for label, head in heads.items()
+             for method in (("to",) if isinstance(head, PromptLookup) else config.methods)]
+    # a task with a held-out split (reasoning-gym's questions, the code styles' functions, chat's requests) is
+    # measured on it: prompts a head's corpus, drawn from the training split, never holds
+    tasks = {n: task.heldout() if hasattr(task, "heldout") else task for n, task in tasks.items()}
+    examples = {n: tasks[n].sample(config.num_prompts, seed=EVAL_SEED + config.seed) for n in config.tasks}
+    with _progress(progress) as bar:
+        job = bar.add_task("eval-mtp", total=len(cells))
+        for task_name, temperature, label, method in cells:
+            name = f"{short_task(task_name)} T={temperature} {label} {method}"
+            bar.update(job, description=name)
+            start = time.perf_counter()
+            row, completions = evaluate_one(model, tokenizer, heads[label], tasks[task_name], examples[task_name],
+                                            method=method, temperature=temperature, config=config)
+            keys = {"task": task_name, "temperature": temperature, "head": label, "method": method}
+            rows.append({**keys, **row})
+            if writer is not None:
+                for record in token_records(completions, **keys):
+                    writer.log("tokens", record)
+                writer.status(message=name, rows=len(rows))
+            bar.console.log(f"{name}: acceptance {row['acceptance_rate']:.3f}, accept length "
+                            f"{row['accept_length']:.2f}, H {row['draft_entropy_mean']:.3f}, d_tv "
+                            f"{row['d_tv_mean']:.3f} ({time.perf_counter() - start:.1f} s)")
+            bar.advance(job)
     return rows
+
+
+def _progress(shown: bool) -> Progress:
+    """The sweep's bar on stderr: cells done of all, elapsed, and the time left at the pace so far (cells at a higher
+    temperature write longer answers, so the estimate firms up as the sweep goes)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("left"), TimeRemainingColumn(), console=Console(stderr=True, quiet=not shown),
+                    disable=not shown)
+
+
+def short_task(task_name: str) -> str:
+    """A task's name for a progress line or a table: a dataset by its file name, not its path."""
+    kind, _, path = task_name.partition(":")
+    return f"{kind}:{Path(path).name}" if path and kind in ("jsonl", "parquet") else task_name
 
 
 def eval_setup(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
@@ -224,18 +253,54 @@ def eval_setup(config: EvalMTPConfig, heads: dict[str, MTPHead]) -> dict:
 
 # ----------------------------------------------------------------------------------------------- tables
 def fit_slopes(rows: list[dict]) -> list[dict]:
-    """acceptance_rate = a + slope·draft_entropy_mean per (head, method), over the (task, temperature) points."""
+    """The entropy law per (task, head, method) over the temperatures' points, in both units of the findings:
+    acceptance_rate = a + slope·draft_entropy_mean (slope, slope_ci, r2, intercept, n) and accept_length the same
+    way (length_slope, length_slope_ci, length_r2), with what the points cannot support (flags: the rate fit's,
+    `bebop.entropy_law.EntropyFit.flags`). One line per task: tasks sit at their own levels (a head that never saw
+    code accepts little of it at any entropy), so a line through several measures the gap between them. Points where
+    the policy is near uniform (rows' max_entropy = ln V) are left out of both."""
     fits = []
-    for head, method in dict.fromkeys((r["head"], r["method"]) for r in rows):
-        points = [r for r in rows if r["head"] == head and r["method"] == method
+    for task, head, method in dict.fromkeys(_series(r) for r in rows):
+        points = [r for r in rows if _series(r) == (task, head, method)
                   and math.isfinite(r["draft_entropy_mean"]) and math.isfinite(r["acceptance_rate"])]
         if len({round(r["draft_entropy_mean"], 9) for r in points}) < MIN_FIT_POINTS:
             continue  # a line through 2 points always fits: no test of the law, and no interval on its slope
-        fit = fit_entropy_law([r["draft_entropy_mean"] for r in points], [r["acceptance_rate"] for r in points],
-                              n_bootstrap=200)
-        fits.append({"head": head, "method": method, "slope": fit.slope, "intercept": fit.intercept,
-                     "r2": fit.r2, "slope_ci": list(fit.slope_ci), "n": fit.n})
+        entropy = [r["draft_entropy_mean"] for r in points]
+        ln_v = min((r["max_entropy"] for r in points if "max_entropy" in r), default=None)
+        try:
+            rate, length = (fit_entropy_law(entropy, [r[key] for r in points], n_bootstrap=200, max_entropy=ln_v)
+                            for key in ("acceptance_rate", "accept_length"))
+        except ValueError:  # the points below the near-uniform entropies are too few for a line
+            continue
+        fits.append({"task": task, "head": head, "method": method, "slope": rate.slope, "intercept": rate.intercept,
+                     "r2": rate.r2, "slope_ci": list(rate.slope_ci), "n": rate.n, "length_slope": length.slope,
+                     "length_slope_ci": list(length.slope_ci), "length_r2": length.r2, "flags": list(rate.flags)})
     return fits
+
+
+def _series(row: dict) -> tuple[str, str, str]:
+    """What one entropy-law line is fitted over: a task, a head and a method, across temperatures."""
+    return row["task"], row["head"], row["method"]
+
+
+def unfitted(rows: list[dict], fits: list[dict]) -> dict[tuple[str, str, str], str]:
+    """Why each (task, head, method) of `rows` has no fit in `fits`: too few temperatures, or too few below the
+    entropies where the policy is near uniform (`bebop.entropy_law.NEAR_UNIFORM`)."""
+    fitted, out = {_series(f) for f in fits}, {}
+    for pair in dict.fromkeys(_series(r) for r in rows):
+        points = [r for r in rows if _series(r) == pair and math.isfinite(r["draft_entropy_mean"])]
+        distinct = {round(r["draft_entropy_mean"], 9) for r in points}
+        ln_v = min((r.get("max_entropy", math.inf) for r in points), default=math.inf)
+        if pair in fitted:
+            continue
+        if len(distinct) < MIN_FIT_POINTS:
+            out[pair] = (f"a fit needs >= {MIN_FIT_POINTS} temperatures (distinct draft entropies), this sweep has "
+                         f"{len(distinct)}")
+        else:
+            below = sum(h <= NEAR_UNIFORM * ln_v for h in distinct)
+            out[pair] = (f"{below} of its {len(distinct)} points lie below {NEAR_UNIFORM * ln_v:.1f} nats; above, "
+                         f"the policy is near uniform over its vocabulary (ln V = {ln_v:.1f}) and no law is offered")
+    return out
 
 
 def table2_cells(rows: list[dict]) -> tuple[float, dict[tuple[str, str], dict]]:

@@ -259,6 +259,13 @@ class Transformer(nn.Module):
         hidden = self._layers(tokens, cos, sin, attends, taps)  # [B, S, d] or [B, S, (1 + len(taps)) d]
         return (self.lm_logits(hidden) if compute_logits else None), hidden
 
+    def forward_layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       attends: list[Attend], taps: tuple[int, ...] = ()) -> torch.Tensor:
+        """Hidden states [B, S, d] after the final norm of tokens [B, S] under the caller's RoPE tables (broadcastable
+        to [B, H, S, D]) and attention per layer, which `forward` builds itself: for a caller that lays its tokens
+        out otherwise (the engine's ragged verification, bebop.engine.ragged); with `taps`, the features as `_layers`."""
+        return self._layers(tokens, cos, sin, attends, taps)
+
     def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attends: list[Attend],
                 taps: tuple[int, ...] = ()) -> torch.Tensor:
         """The final-normed hidden [B, S, d], followed along the last dim by the residual stream after each decoder

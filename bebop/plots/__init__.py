@@ -43,7 +43,7 @@ from bebop.plots.style import (
                                smooth,
                                thin,
 )
-from bebop.plots.traces import lines, numeric_series, over_time
+from bebop.plots.traces import by_series, lines, numeric_series, over_time
 
 # bebop.plots.notebook (the renderer and runs root a notebook sets up) is imported by name, not re-exported here:
 # the dashboard never needs it.
@@ -59,6 +59,7 @@ __all__ = [
     "TEMPLATE",
     "X_AXES",
     "acceptance_vs_entropy",
+    "by_series",
     "decomposition_data",
     "decomposition_figure",
     "entropy_fits",

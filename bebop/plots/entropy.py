@@ -11,15 +11,17 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from bebop import metrics
+from bebop.entropy_law import SPARSE_SHARE
 from bebop.plots.style import ACCEPT_LENGTH, check_columns, fill_colors, floats, apply_layout, run_names, has_spec, pooled, thin
 
 
 def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> pd.DataFrame:
-    """Points of the entropy law per run: [run, entropy, acceptance, weight].
+    """Points of the entropy law per run: [run, entropy, acceptance, weight, lo, hi].
 
-    by="step": one point per RL step, accept length against the policy's mean entropy (PAPER Finding 1).
-    by="bin": token level, pooled over the whole run: acceptance rate of the drafts in each entropy bin
-    against the bin's mean entropy, weighted by how many drafts reached that bin.
+    by="step": one point per RL step, accept length against the policy's mean entropy (PAPER Finding 1); lo / hi
+    are NaN (a step is one draw). by="bin": token level, pooled over the whole run: acceptance rate of the drafts in
+    each entropy bin against the bin's mean entropy, weighted by how many drafts reached that bin, with the rate's
+    95% interval over them (`bin_intervals`).
     """
     if by not in ("step", "bin"):
         raise ValueError(f"by must be 'step' or 'bin', got {by!r}")
@@ -29,15 +31,25 @@ def entropy_points(trains: Mapping[str, pd.DataFrame], *, by: str = "step") -> p
             if not {ACCEPT_LENGTH, "actor/entropy"} <= set(train.columns):
                 continue
             part = pd.DataFrame({"entropy": train["actor/entropy"], "acceptance": train[ACCEPT_LENGTH],
-                                 "weight": 1.0})
+                                 "weight": 1.0}).dropna().assign(lo=math.nan, hi=math.nan)
         else:
             if not has_spec(train):
                 continue
             h, a, n = metrics.binned_acceptance(pooled(train))
-            part = pd.DataFrame({"entropy": h.numpy(), "acceptance": a.numpy(), "weight": n.numpy()})
-        part = part.dropna()
-        frames.append(part.assign(run=run)[["run", "entropy", "acceptance", "weight"]])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "entropy", "acceptance", "weight"])
+            part = bin_intervals(pd.DataFrame({"entropy": h.numpy(), "acceptance": a.numpy(), "weight": n.numpy()}))
+        frames.append(part.assign(run=run)[POINT_COLUMNS])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POINT_COLUMNS)
+
+
+POINT_COLUMNS = ["run", "entropy", "acceptance", "weight", "lo", "hi"]
+
+
+def bin_intervals(points: pd.DataFrame) -> pd.DataFrame:
+    """Binned points (acceptance rates over `weight` reached drafts) with their 95% Wilson interval as lo / hi
+    (`bebop.metrics.rate_interval`: draft tokens of one verify step are correlated, so the truth is wider)."""
+    bounds = [metrics.rate_interval(a * n, n) for a, n in zip(points["acceptance"], points["weight"])]
+    return points.dropna(subset=["entropy", "acceptance"]).assign(
+        lo=[b[0] for b in bounds] or math.nan, hi=[b[1] for b in bounds] or math.nan)
 
 
 def token_points(tokens: Mapping[str, pd.DataFrame],
@@ -45,7 +57,8 @@ def token_points(tokens: Mapping[str, pd.DataFrame],
     """The token-level law of evaluation runs (`tokens` streams: entropy, accepted 0/1 per reached draft).
 
     One series per run and (head, method) when those columns exist ("run · head method"), pooled over
-    the rest (temperatures included: the entropy axis already tells them apart), one point per entropy bin.
+    the rest (temperatures included: the entropy axis already tells them apart), one point per entropy bin, with its
+    interval (`bin_intervals`).
     """
     frames = []
     for run, frame in tokens.items():
@@ -58,24 +71,51 @@ def token_points(tokens: Mapping[str, pd.DataFrame],
                                                  weight=("accepted", "size")).reset_index()
         label = table[keys].astype(str).agg(" ".join, axis=1) if keys else pd.Series("", index=table.index)
         table["run"] = [f"{run} · {x}" if x else run for x in label]
-        frames.append(table[["run", "entropy", "acceptance", "weight"]])
-    columns = ["run", "entropy", "acceptance", "weight"]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+        frames.append(bin_intervals(table)[POINT_COLUMNS])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POINT_COLUMNS)
 
 
-def entropy_fits(points: pd.DataFrame) -> pd.DataFrame:
-    """The fitted law acceptance = intercept + slope·H per run: [run, slope, intercept, r2, n] (NaN: no fit)."""
+FIT_COLUMNS = ["run", "slope", "slope_lo", "slope_hi", "intercept", "r2", "n", "flags", "within_slope",
+               "within_lo", "within_hi", "within_r2", "within_n", "within_from", "within_to"]
+
+
+def entropy_fits(points: pd.DataFrame, *, n_bootstrap: int = 1000) -> pd.DataFrame:
+    """The fitted law acceptance = intercept + slope·H per run (`bebop.entropy_law.fit_entropy_law`): [run, slope,
+    slope_lo, slope_hi (its 95% bootstrap interval), intercept, r2, n, flags (what the points cannot support, in
+    words; "" when nothing), within_* (the fit a flag points to: slope, interval, R², points and the entropies it
+    covers; NaN when none)]. NaN slopes: no fit (fewer than 3 points, or no spread in entropy yet)."""
     check_columns(points, ("run", "entropy", "acceptance", "weight"), "entropy_fits")
     rows = []
     for run in run_names(points):
         part = points[points["run"] == run]
+        row = dict.fromkeys(FIT_COLUMNS, math.nan) | {"run": run, "n": len(part), "flags": "", "within_n": 0}
         try:
             fit = metrics.fit_entropy_law(floats(part["entropy"]), floats(part["acceptance"]),
-                                          weights=floats(part["weight"]), n_bootstrap=0)
-            rows.append((run, fit.slope, fit.intercept, fit.r2, fit.n))
-        except ValueError:  # fewer than 3 points, or no spread in entropy yet
-            rows.append((run, math.nan, math.nan, math.nan, len(part)))
-    return pd.DataFrame(rows, columns=["run", "slope", "intercept", "r2", "n"])
+                                          weights=floats(part["weight"]), n_bootstrap=n_bootstrap)
+        except ValueError:
+            rows.append(row)
+            continue
+        row.update(slope=fit.slope, slope_lo=fit.slope_ci[0], slope_hi=fit.slope_ci[1], intercept=fit.intercept,
+                   r2=fit.r2, n=fit.n, flags="; ".join(fit.flags))
+        if fit.within is not None:
+            w = fit.within
+            row.update(within_slope=w.slope, within_lo=w.slope_ci[0], within_hi=w.slope_ci[1], within_r2=w.r2,
+                       within_n=w.n, within_from=w.span[0], within_to=w.span[1],
+                       within_intercept=w.intercept)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*FIT_COLUMNS, "within_intercept"])
+
+
+def law_label(fit: Mapping) -> str:
+    """A fit's legend text: slope [95% interval] per nat, R², points, and for a flagged fit the slope it points to."""
+    if math.isnan(fit["slope"]):
+        return "too few points to fit"
+    ci = "" if math.isnan(fit["slope_lo"]) else f" [{fit['slope_lo']:+.2f}, {fit['slope_hi']:+.2f}]"
+    text = f"slope {fit['slope']:+.2f}{ci}/nat, R² {fit['r2']:.2f}, {int(fit['n'])} points"
+    if fit["flags"]:
+        within = "" if math.isnan(fit["within_slope"]) else f": {fit['within_slope']:+.2f} within (dashed)"
+        text += f" ⚠ flagged{within}"
+    return text
 
 
 def fitted_span(intercept: float, slope: float, low: float, high: float) -> np.ndarray:
@@ -93,7 +133,10 @@ def fitted_span(intercept: float, slope: float, low: float, high: float) -> np.n
 
 def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
                           y_title: str = "accept length (tokens / verify step)") -> go.Figure:
-    """Scatter per run with its fitted line; the legend gives slope (per nat), R² and the points fitted."""
+    """Scatter per run with its fitted line; the legend gives slope [95% interval] per nat, R², the points fitted and,
+    for a flagged fit (`entropy_fits`' flags), the slope within the main cluster (or without the point that sets the
+    line), drawn dashed over the entropies it covers. Binned points are sized by their drafts, with their interval;
+    nearly empty bins (under `bebop.entropy_law.SPARSE_SHARE` of the drafts) are drawn hollow."""
     fits = entropy_fits(points).set_index("run")
     colors = fill_colors(run_names(points), colors)
     fig = go.Figure()
@@ -101,16 +144,26 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
         part = points[points["run"] == run]
         keep = thin(len(part))
         weight = part["weight"].to_numpy(dtype=float)
+        binned = np.ptp(weight) > 0
         # Binned points are sized by how many drafts they pool; per-step points all weigh the same.
-        size = 4 + 14 * np.sqrt(weight / weight.max()) if np.ptp(weight) > 0 else np.full(len(part), 7.0)
+        size = 4 + 14 * np.sqrt(weight / weight.max()) if binned else np.full(len(part), 7.0)
+        sparse = binned & (weight < SPARSE_SHARE * weight.sum())
         fit = fits.loc[run]
-        law = "too few points to fit" if math.isnan(fit["slope"]) else \
-            f"slope {fit['slope']:+.2f}/nat, R² {fit['r2']:.2f}, {int(fit['n'])} points"
+        law = law_label(fit)
+        error = {}
+        if {"lo", "hi"} <= set(part.columns) and part["lo"].notna().any():
+            y = part["acceptance"].to_numpy(dtype=float)
+            error = dict(error_y=dict(type="data", symmetric=False, array=(part["hi"].to_numpy(dtype=float) - y)[keep],
+                                      arrayminus=(y - part["lo"].to_numpy(dtype=float))[keep], thickness=1, width=0,
+                                      color=colors[run]))
         fig.add_trace(go.Scatter(
             x=part["entropy"].to_numpy()[keep], y=part["acceptance"].to_numpy()[keep], mode="markers",
-            name=f"{run} · {law}", legendgroup=run, marker=dict(color=colors[run], size=size[keep], opacity=0.75, line=dict(width=0)),
-            customdata=part["weight"].to_numpy()[keep],
-            hovertemplate=f"<b>{html.escape(run)}</b><br>H %{{x:.3f}} nats<br>acceptance %{{y:.3f}}<br>weight %{{customdata:.0f}}<extra></extra>",
+            name=f"{run} · {law}", legendgroup=run, **error,
+            marker=dict(color=colors[run], size=size[keep], opacity=0.75, line=dict(width=1.5, color=colors[run]),
+                        symbol=np.where(sparse, "circle-open", "circle")[keep]),
+            customdata=weight[keep], text=np.where(sparse, " (nearly empty)", "")[keep],
+            hovertemplate=f"<b>{html.escape(run)}</b><br>H %{{x:.3f}} nats<br>acceptance %{{y:.3f}}<br>weight "
+                          "%{customdata:.0f}%{text}<extra></extra>",
         ))
         if math.isnan(fit["slope"]):
             continue
@@ -120,6 +173,13 @@ def acceptance_vs_entropy(points: pd.DataFrame, *, colors: Mapping[str, str] | N
             name=f"{run} fit", line=dict(color=colors[run], width=2.5),
             hovertemplate=f"{html.escape(run)}: {law}<extra></extra>",
         ))
+        if not math.isnan(fit["within_slope"]):
+            x = fitted_span(fit["within_intercept"], fit["within_slope"], fit["within_from"], fit["within_to"])
+            fig.add_trace(go.Scatter(
+                x=x, y=fit["within_intercept"] + fit["within_slope"] * x, mode="lines", legendgroup=run,
+                showlegend=False, name=f"{run} within", line=dict(color=colors[run], width=2, dash="dash"),
+                hovertemplate=f"{html.escape(run)} within: {fit['within_slope']:+.2f}/nat, R² "
+                              f"{fit['within_r2']:.2f}, {int(fit['within_n'])} points<extra></extra>"))
     fig.update_yaxes(rangemode="tozero")  # acceptance from 0: a spread of 0.01 must not fill the chart like a trend
     fig.update_xaxes(rangemode="tozero")
     return apply_layout(fig, "Acceptance vs entropy", "policy entropy H(p) (nats)", y_title, height=460)

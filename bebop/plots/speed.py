@@ -15,7 +15,7 @@ from bebop import metrics, speedup
 from bebop.plots.style import check_columns, fill_colors, apply_layout, run_names, has_spec, integer_ticks, pooled
 
 SPEEDUP_COLUMNS = ["run", "plain_run", "tokens_per_row_step", "step_cost", "predicted", "measured_rollout",
-                   "measured_end_to_end", "note"]
+                   "measured_end_to_end", "measured_update", "response_ratio", "note", "credit"]
 
 
 def positions(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -54,11 +54,16 @@ SPEED_COLORS = {"generation": "#4C78A8", "update": "#F58518", "whole step": "#54
 
 
 def step_times(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Seconds per RL step by `speedup.STATISTIC`: [run, gen, update, step] (async steps overlap gen and update)."""
-    cols = {"timing_s/gen": "gen", "timing_s/update_actor": "update", "timing_s/step": "step"}
-    rows = [{"run": run, **{short: speedup.median(_records(t), col) for col, short in cols.items()}}
-            for run, t in trains.items() if set(cols) <= set(t.columns)]
-    return pd.DataFrame(rows, columns=["run", "gen", "update", "step"])
+    """Seconds per RL step by `speedup.STATISTIC`: [run, gen, update (policy and head), step] (async steps overlap gen
+    and update), and generated tokens per second of generation (tokens_per_s), read the same way."""
+    needed = {"timing_s/gen", "timing_s/update_actor", "timing_s/step"}
+    rows = []
+    for run, train in trains.items():
+        if needed <= set(train.columns):
+            stats = speedup.step_stats(_records(train))
+            rows.append({"run": run, "gen": stats["gen_s"], "update": stats["update_s"], "step": stats["step_s"],
+                         "tokens_per_s": stats["tokens_per_s"]})
+    return pd.DataFrame(rows, columns=["run", "gen", "update", "step", "tokens_per_s"])
 
 
 def step_time_figure(table: pd.DataFrame) -> go.Figure:
@@ -79,14 +84,16 @@ def step_time_figure(table: pd.DataFrame) -> go.Figure:
 
 def speedup_table(trains: Mapping[str, pd.DataFrame], pairs: Mapping[str, str]) -> pd.DataFrame:
     """One row per MTP run of `pairs` ({MTP run: its plain partner}, runs with the same workload: `bebop.speedup`):
-    the measured speedups (generation, whole step) beside what the measured costs predict, and the note flagging a
-    measurement beyond its prediction. Every number is `bebop.speedup`'s, as `bebop demo` prints it."""
+    the measured speedups (generation, whole step, update) beside what the measured costs predict, the MTP run's answer
+    length over the plain run's, the note flagging a measurement beyond its prediction and what the speedups owe to
+    something other than drafting (`Speedup.credit`). Every number is `bebop.speedup`'s, as `bebop demo` prints it."""
     rows = []
     for run, plain in pairs.items():
         s = speedup.speedup(_records(trains[plain]), _records(trains[run]))
         rows.append({"run": run, "plain_run": plain, "tokens_per_row_step": s.tokens_per_row_step,
                      "step_cost": s.step_cost, "predicted": s.predicted, "measured_rollout": s.rollout,
-                     "measured_end_to_end": s.end_to_end, "note": s.note()})
+                     "measured_end_to_end": s.end_to_end, "measured_update": s.update,
+                     "response_ratio": s.response_ratio, "note": s.note(), "credit": "; ".join(s.credit())})
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
@@ -190,24 +197,28 @@ def measured_cost_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | Non
 
 
 def draft_health(trains: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """[run, step, residual, residual_lo, residual_hi, alarm, warning] from `draft_health/*` (bebop.rl.draft_health):
-    measured - predicted acceptance per RL step, with its interval; warning is the alarm's text or ""."""
+    """[run, step, residual, window_residual, residual_lo, residual_hi, alarm, warning] from `draft_health/*`
+    (bebop.rl.draft_health): measured - predicted acceptance per RL step, the mean over the last steps and its
+    bootstrap interval (what the alarm reads; NaN in runs written before it did); warning is the alarm's text or ""."""
     rows = []
-    fields = ("residual", "residual_lo", "residual_hi", "alarm")
+    fields = ("residual", "window_residual", "residual_lo", "residual_hi", "alarm")
     for run, train in trains.items():
         if "draft_health/residual" not in train.columns:
             continue
         part = train.dropna(subset=["draft_health/residual"])
         warnings = part["draft_health/warning"].fillna("") if "draft_health/warning" in part else [""] * len(part)
-        for step, *values, warning in zip(part["step"], *(part[f"draft_health/{f}"] for f in fields), warnings):
-            rows.append((run, int(step), *map(float, values), str(warning)))
+        values = [part[f"draft_health/{f}"] if f"draft_health/{f}" in part else [float("nan")] * len(part)
+                  for f in fields]
+        for step, *numbers, warning in zip(part["step"], *values, warnings):
+            rows.append((run, int(step), *map(float, numbers), str(warning)))
     return pd.DataFrame(rows, columns=["run", "step", *fields, "warning"])
 
 
 def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
-    """Residual acceptance (measured - the entropy law's prediction) per RL step with its interval; red marks the
-    steps whose interval excludes 0."""
-    check_columns(table, ("run", "step", "residual", "residual_lo", "residual_hi", "alarm"), "draft_health_figure")
+    """Residual acceptance (measured - the entropy law's prediction) per RL step, and the mean of the last steps with
+    its bootstrap interval (dotted); red marks the steps that raised the alarm."""
+    check_columns(table, ("run", "step", "residual", "window_residual", "residual_lo", "residual_hi", "alarm"),
+                  "draft_health_figure")
     colors = fill_colors(run_names(table), colors)
     fig = go.Figure()
     for run in run_names(table):
@@ -215,9 +226,14 @@ def draft_health_figure(table: pd.DataFrame, *, colors: Mapping[str, str] | None
         fig.add_trace(go.Scatter(
             x=part["step"], y=part["residual"], name=run, mode="lines+markers", line_color=colors[run],
             marker_color=["#E45756" if a else colors[run] for a in part["alarm"]],
-            error_y=dict(type="data", symmetric=False, array=part["residual_hi"] - part["residual"],
-                         arrayminus=part["residual"] - part["residual_lo"]),
             hovertemplate="step %{x}<br>residual %{y:+.3f}<extra></extra>"))
+        if part["window_residual"].notna().any():  # the window's mean residual and its bootstrap interval: what alarms
+            fig.add_trace(go.Scatter(
+                x=part["step"], y=part["window_residual"], name=f"{run} · last steps' mean", mode="lines",
+                legendgroup=run, line=dict(color=colors[run], width=1, dash="dot"),
+                error_y=dict(type="data", symmetric=False, array=part["residual_hi"] - part["window_residual"],
+                             arrayminus=part["window_residual"] - part["residual_lo"], thickness=1, width=2),
+                hovertemplate="step %{x}<br>mean of the last steps %{y:+.3f}<extra></extra>"))
     fig.add_hline(y=0.0, line={"color": "#555", "dash": "dot", "width": 1})
     integer_ticks(fig, table["step"])
     return apply_layout(fig, "Draft health: acceptance minus the entropy law's prediction", "RL step", "residual")

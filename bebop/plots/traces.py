@@ -30,6 +30,23 @@ def over_time(trains: Mapping[str, pd.DataFrame], columns: Sequence[str], *, x: 
     return pd.concat(frames, ignore_index=True)[["run", x, *columns]]
 
 
+SERIES_KEYS = ("head", "rule")  # a stream with several records per step (the shadow stream) keys them by these
+
+
+def by_series(frames: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Streams that log several records per step, one per head and rule (the shadow stream), split into one frame
+    per series ("run · head · rule"), so a line joins one series' steps, not every record of each step in turn;
+    other streams as they are."""
+    out = {}
+    for run, frame in frames.items():
+        if not set(SERIES_KEYS) <= set(frame.columns):
+            out[run] = frame
+            continue
+        for keys, part in frame.groupby(list(SERIES_KEYS), sort=False):
+            out[" · ".join([run, *map(str, keys)])] = part
+    return out
+
+
 def numeric_series(frames: Mapping[str, pd.DataFrame]) -> list[str]:
     """Every numeric column logged by any of `frames` (the x axes aside), sorted: what a user can plot."""
     skip = {column for column, _ in X_AXES.values()}

@@ -32,7 +32,7 @@ _EXPORTS = {
     "OnlineMTP": "bebop.rl.online_mtp",
     "EntropyControl": "bebop.rl.entropy_control",
     "ShadowHeads": "bebop.rl.shadow",
-    **dict.fromkeys(("shadow_points", "shadow_summary"), "bebop.rl.shadow_report"),
+    **dict.fromkeys(("shadow_fits", "shadow_points", "shadow_summary"), "bebop.rl.shadow_report"),
 }
 
 __all__ = list(_EXPORTS)

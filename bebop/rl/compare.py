@@ -30,7 +30,6 @@ def run_once(policy, config: RLConfig, head: str | None, run_dir: Path, progress
 def summarize(records: list[dict]) -> dict:
     """Timings by `speedup.STATISTIC` (medians over the steady steps: neither the first nor the last), means of
     reward/entropy over every step, pooled spec rates."""
-    timed = speedup.steady(records)
     update = [{"u": r["timing_s/update_actor"] + r["timing_s/update_mtp"]} for r in records]
     out = {
         "steps": len(records),
@@ -44,7 +43,7 @@ def summarize(records: list[dict]) -> dict:
         "groups_with_signal": statistics.fmean(r.get("critic/groups_with_signal", math.nan) for r in records),
         "entropy": statistics.fmean(r["actor/entropy"] for r in records),
         "response_length": statistics.fmean(r["response_length/mean"] for r in records),
-        "tokens_per_s": statistics.fmean(r["perf/throughput"] for r in timed),
+        "tokens_per_s": speedup.median(records, "perf/throughput"),
     }
     if "spec/num_drafts" in records[0]:
         quarter = max(1, len(records) // 4)
@@ -58,4 +57,9 @@ def summarize(records: list[dict]) -> dict:
     if sum(chosen.values()) > 0:  # gamma="auto": the engine steps' depths
         out["gamma_mean"] = sum(g * n for g, n in chosen.items()) / sum(chosen.values())
         out["gamma_mode"] = max(chosen, key=chosen.get)
+    rows = {int(k.rsplit("/", 1)[1]): sum(r.get(k, 0) for r in records) for k in records[0]
+            if k.startswith("spec/num_row_depth/")}
+    if sum(rows.values()) > 0:  # gamma="rows": the depths of the rows' steps, and the share that decoded plainly
+        out["row_depth_mean"] = sum(d * n for d, n in rows.items()) / sum(rows.values())
+        out["row_plain_share"] = rows.get(0, 0) / sum(rows.values())
     return out

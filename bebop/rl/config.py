@@ -23,7 +23,7 @@ from bebop.checks import PRECISIONS, check_choice, check_ints, check_number
 from bebop.device import check_device_name
 from bebop.data.prompts import PromptOptions, check_prompt_fields
 from bebop.data.tasks import check_task_names
-from bebop.engine.config import GenerationConfig, deepest
+from bebop.engine.config import ADAPTIVE, GenerationConfig, deepest
 from bebop.rl.entropy_control import COEF_DELTA, COEF_MAX, COEF_MIN
 from bebop.rl.shadow_spec import parse_shadow_specs
 
@@ -58,8 +58,9 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
     group_size: int = 4  # completions per prompt; advantages are normalised within a group
     max_new_tokens: int = 96  # per completion, environment replies included
     temperature: float = 1.0
-    gamma: int | str = 3  # draft depth for "to" / "rs"; "auto": chosen per engine step in 0..max_gamma
-    max_gamma: int = 5  # with gamma="auto": the deepest draft a step may take
+    # draft depth for "to" / "rs"; "auto": chosen per engine step in 0..max_gamma; "rows": each row's, per step
+    gamma: int | str = 3
+    max_gamma: int = 5  # with gamma="auto" or "rows": the deepest draft a step (a row) may take
     lr: float = 1e-4
     grad_clip: float = 1.0
     clip_eps: float = 0.2
@@ -117,10 +118,10 @@ class RLConfig(PromptOptions):  # + prompt_key, answer_key, chat_template, syste
         """What the engine is asked for is checked by building it, once (`generation`, the template every rollout
         call's config is made from: max_new_tokens, temperature, γ, max_gamma, method, by the engine's rules, under
         this config's names); what RL adds is checked here."""
-        check_ints(self, ("gamma",), low=1, also=("auto",))  # plain decoding is --rollout none, not γ 0
+        check_ints(self, ("gamma",), low=1, also=ADAPTIVE)  # plain decoding is --rollout none, not γ 0
         check_number(self, "temperature", low=0, open_low=True)  # RL samples: no greedy rollouts
-        if self.gamma == "auto" and self.backend == "vllm":
-            raise ValueError("RLConfig.gamma 'auto' chooses each engine step's depth in bebop's engine, and vLLM's "
+        if self.gamma in ADAPTIVE and self.backend == "vllm":
+            raise ValueError(f"RLConfig.gamma {self.gamma!r} chooses depths in bebop's engine, and vLLM's "
                              "speculative config fixes it at start: with RLConfig.backend 'vllm' give an int depth "
                              "(RLConfig.gamma 3, say)")
         try:

@@ -25,7 +25,7 @@ import os
 import pandas as pd
 import torch
 
-from bebop.entropy_law import fit_entropy_law
+from bebop.entropy_law import EntropyFit, fit_entropy_law
 from bebop.metrics import binned_acceptance, pool
 
 KEYS = ["head", "rule", "strategy"]
@@ -80,35 +80,71 @@ def shadow_points(run, *, by: str = "step", value: str = "accept_length") -> pd.
     return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
+def shadow_fits(run, *, by: str = "step", value: str = "accept_length", n_bootstrap: int = 1000,
+                generator: torch.Generator | None = None) -> dict[tuple[str, str], EntropyFit | None]:
+    """{(head, rule): the law's `EntropyFit`} (None where the points cannot fix a line), fitted as `shadow_summary`
+    fits it (the same intervals): what `bebop.claims.Claims.law` decides a claim on."""
+    points = shadow_points(run, by=by, value=value)
+    return {(head, rule): _fit(part, n_bootstrap, _seeded(generator))
+            for (head, rule), part in points.groupby(["head", "rule"], sort=False)}
+
+
 def shadow_summary(run, *, by: str = "step", value: str = "accept_length", window: int = 10,
                    n_bootstrap: int = 1000, generator: torch.Generator | None = None) -> pd.DataFrame:
     """One row per (head, rule): strategy, points, slope, slope_lo, slope_hi, intercept, r2 (NaN where the points
-    cannot fix a line: fewer than 3, or no spread in entropy), then start, end, change, relative_change (each with
-    _lo / _hi), entropy_start, entropy_end and the window used. Without a generator a fixed seed (0) keeps the
-    intervals reproducible."""
+    cannot fix a line: fewer than 3, or no spread in entropy), flags (what the points cannot support, in words: "" when
+    nothing) and the fit a flag points to instead, within_slope, within_slope_lo, within_slope_hi, within_intercept,
+    within_r2, within_points (`bebop.entropy_law.EntropyFit.within`; NaN and 0 when none), then start, end, change,
+    relative_change (each with _lo / _hi), entropy_start, entropy_end and the window used. Without a generator each
+    series bootstraps from seed 0, so its intervals are reproducible and do not depend on the other series."""
     if not (isinstance(window, int) and window >= 1):
         raise ValueError(f"window must be a positive int, got {window!r}")
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
     points = shadow_points(run, by=by, value=value)
     steps = shadow_points(run, by="step", value=value)
     rows = []
     for (head, rule), part in steps.groupby(["head", "rule"], sort=False):
         law = points[(points["head"] == head) & (points["rule"] == rule)]
         row = {"head": head, "rule": rule, "strategy": part["strategy"].iloc[0],
-               **_law(law, n_bootstrap, gen), **_drift(part.sort_values("step"), window, n_bootstrap, gen)}
+               **_law(law, n_bootstrap, _seeded(generator)),
+               **_drift(part.sort_values("step"), window, n_bootstrap, _seeded(generator))}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+LAW = ("slope", "slope_lo", "slope_hi", "intercept", "r2")
+
+
+def _seeded(generator: torch.Generator | None) -> torch.Generator:
+    """The generator given, else a fresh one seeded 0 for each use: a series' interval is then the same whichever
+    series come before it, and the same as `plots.entropy_fits` draws for it."""
+    return generator if generator is not None else torch.Generator().manual_seed(0)
+
+
 def _law(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> dict:
+    """The law's columns: the fit, its flags in words (`EntropyFit.flags`, "" when none) and the within fit a flag
+    points to (within_*: NaN when none)."""
+    empty = {"points": len(points), **dict.fromkeys(LAW, math.nan), "flags": "", "within_points": 0,
+             **{f"within_{key}": math.nan for key in LAW}}
+    fit = _fit(points, n_bootstrap, gen)
+    if fit is None:
+        return empty
+    out = {**empty, **_columns(fit, ""), "points": fit.n, "flags": "; ".join(fit.flags)}
+    if fit.within is not None:
+        out.update(_columns(fit.within, "within_"), within_points=fit.within.n)
+    return out
+
+
+def _fit(points: pd.DataFrame, n_bootstrap: int, gen: torch.Generator) -> EntropyFit | None:
     try:
-        fit = fit_entropy_law(points["entropy"].to_numpy(dtype=float), points["acceptance"].to_numpy(dtype=float),
-                              weights=points["weight"].to_numpy(dtype=float), n_bootstrap=n_bootstrap, generator=gen)
+        return fit_entropy_law(points["entropy"].to_numpy(dtype=float), points["acceptance"].to_numpy(dtype=float),
+                               weights=points["weight"].to_numpy(dtype=float), n_bootstrap=n_bootstrap, generator=gen)
     except ValueError:  # too few points, or no spread in entropy: no line
-        return {"points": len(points), "slope": math.nan, "slope_lo": math.nan, "slope_hi": math.nan,
-                "intercept": math.nan, "r2": math.nan}
-    return {"points": fit.n, "slope": fit.slope, "slope_lo": fit.slope_ci[0], "slope_hi": fit.slope_ci[1],
-            "intercept": fit.intercept, "r2": fit.r2}
+        return None
+
+
+def _columns(fit, prefix: str) -> dict:
+    values = (fit.slope, *fit.slope_ci, fit.intercept, fit.r2)
+    return {f"{prefix}{key}": value for key, value in zip(LAW, values)}
 
 
 def _drift(part: pd.DataFrame, window: int, n_bootstrap: int, gen: torch.Generator) -> dict:

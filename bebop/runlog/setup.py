@@ -78,9 +78,21 @@ def head_of(meta: Mapping[str, Any]) -> str:
     return ", ".join(_head_name(head) for head in heads) if heads else "none"
 
 
+SYNTHETIC = "synthetic"  # how a simulated run (`bebop preview`, bebop.rl.synthetic) is marked wherever it is named
+
+
+def is_synthetic(meta: Mapping[str, Any]) -> bool:
+    """A run `bebop preview` simulated (bebop.rl.synthetic): no model ran, its numbers are made up."""
+    return bool(meta.get("synthetic"))
+
+
 def made_by(meta: Mapping[str, Any]) -> str:
     """The policy and head(s) in one line, with what each record holds: "policy smollm2 (134.5M parameters,
-    bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv loss, trained depth 5, whole vocabulary)"."""
+    bfloat16, weights 6b54f4a2) · head e2e_tv (e2e_tv loss, trained depth 5, whole vocabulary)"; a synthetic run
+    says that it is one, and that no model made it."""
+    if is_synthetic(meta):
+        return (f"{SYNTHETIC.upper()}: simulated by `bebop preview` (bebop.rl.synthetic), no policy or head ran; its "
+                "numbers illustrate the pages and measure nothing")
     policy = meta.get("policy")
     parts = [f"policy {policy_of(meta)}"]
     if isinstance(policy, Mapping):

@@ -343,10 +343,11 @@ class RunWriter:
 
 
 def ended_by(error: BaseException) -> tuple[str, str]:
-    """(state, message) of a run an exception ended: "interrupted" by Ctrl-C or SIGTERM (`KeyboardInterrupt`: the
-    run can be resumed), else "failed" with the error's line."""
+    """(state, message) of a run an exception ended: "interrupted" by Ctrl-C or SIGTERM (`KeyboardInterrupt`), else
+    "failed" with the error's line. The writer does not know whether its job resumes (eval-mtp does not): the CLI
+    prints the command that continues one that does."""
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted", "stopped by Ctrl-C or SIGTERM: resume it to continue"
+        return "interrupted", "stopped by Ctrl-C or SIGTERM (a job that takes --resume continues it)"
     return "failed", f"{type(error).__name__}: {error}"
 
 

@@ -3,12 +3,12 @@
 import pandas as pd
 import streamlit as st
 
-from bebop import metrics, plots
+from bebop import metrics, plots, speedup
 from bebop.app import state
 from bebop.runlog.setup import head_of, policy_of
 
 root, infos, chosen, message = state.selected()
-st.title("Compare")
+state.title("Compare", chosen)
 if len(chosen) < 1:
     st.info(message or "Pick the runs to compare in the sidebar (e.g. an e2e TV head vs a CE head).", icon=":material/info:")
     st.stop()
@@ -32,10 +32,11 @@ for info in chosen:
         row["steps"] = len(train)
         if plots.has_spec(train):
             row["accept_length"] = metrics.derive(plots.pooled(train))[plots.ACCEPT_LENGTH]
-        for column, short in (("critic/score/mean", "final_reward"), ("actor/entropy", "final_entropy"),
-                              ("timing_s/step", "final_step_s")):
+        for column, short in (("critic/score/mean", "final_reward"), ("actor/entropy", "final_entropy")):
             if column in tail.columns:
                 row[short] = float(tail[column].mean())
+        timing = speedup.step_stats(train.to_dict("records"))  # the one step-time statistic of every page
+        row["step_s"], row["tokens_per_s"] = timing["step_s"], timing["tokens_per_s"]
     rows.append(row)
 view = state.better_law_view(runs)  # the entropy law in the view its fits support better, as on the Live page
 points, y_title = state.entropy_points(runs, by=view)
@@ -59,7 +60,7 @@ said = {c: v for c, v in same.items() if v != state.MISSING}  # runs that all do
 if said:
     st.caption("All these runs: " + ", ".join(f"{state.TITLES.get(c, c)} {v}" for c, v in said.items()))
 formats = {"slope": "%+.3f", "r2": "%.3f", "accept_length": "%.3f", "final_reward": "%.3f", "final_entropy": "%.3f",
-           "final_step_s": "%.2f", "steps": "%d"}
+           "step_s": "%.2f", "tokens_per_s": "%.0f", "steps": "%d"}
 state.show_table(summary.drop(columns=list(same)), formats)
 state.download(summary, "compare_summary.csv", key="dl_compare_summary")
 

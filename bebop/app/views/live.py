@@ -9,11 +9,11 @@ import time
 import pandas as pd
 import streamlit as st
 
-from bebop import metrics, plots
-from bebop.app import state
+from bebop import metrics, plots, speedup
+from bebop.app import alerts, state
 
 root, infos, chosen, message = state.selected()
-st.title("Live")
+state.title("Live", chosen)
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
@@ -45,8 +45,7 @@ def recent(train, rows: int = 10) -> dict:
 @st.fragment(run_every=run_every)
 def headline() -> None:
     runs = state.load_runs(chosen, root)
-    state.show_warnings({name: run.streams["warnings"].to_dict("records") for name, run in runs.items()
-                         if "warnings" in run.streams})
+    alerts.show_warnings({name: alerts.run_warnings(name, run) for name, run in runs.items()})
     trains = state.trains(runs)
     now = time.time()
     rows = []
@@ -54,11 +53,13 @@ def headline() -> None:
         train = trains.get(name, pd.DataFrame())
         last = train.iloc[-1] if len(train) else pd.Series(dtype=object)
         heartbeat = run.status.get("heartbeat")
+        timing = speedup.step_stats(train.to_dict("records")) if len(train) else {}
         rows.append({
             "run": name, "state": run.state, "step": last.get("step"),
             "accept length (last 10)": recent(train).get(plots.ACCEPT_LENGTH) if len(train) else None,
             "policy entropy (last step)": last.get("actor/entropy"),
-            "reward (last step)": last.get("critic/score/mean"), "s / step (last step)": last.get("timing_s/step"),
+            "reward (last step)": last.get("critic/score/mean"), speedup.STEP_TIME: timing.get("step_s"),
+            speedup.TOKENS_PER_S: timing.get("tokens_per_s"),
             "heartbeat": f"{now - heartbeat:.0f} s ago"
             if isinstance(heartbeat, (int, float)) and run.state in ("running", "stale") else None,
         })
@@ -66,10 +67,13 @@ def headline() -> None:
     if not table["heartbeat"].notna().any():  # nothing running: no column of blanks
         table = table.drop(columns="heartbeat")
     state.show_table(table, {"policy entropy (last step)": "%.3f", "reward (last step)": "%.3f",
-                             "accept length (last 10)": "%.2f", "s / step (last step)": "%.2f", "step": "%d"},
-                     helps={"accept length (last 10)": "pooled over the last 10 steps",
+                             "accept length (last 10)": "%.2f", speedup.STEP_TIME: "%.2f",
+                             speedup.TOKENS_PER_S: "%.0f", "step": "%d"},
+                     helps={"accept length (last 10)": "pooled over the last 10 steps, at the depth the engine chose "
+                                                       "(the Shadow heads page scores every head at one depth)",
                             "policy entropy (last step)": "nats", "reward (last step)": "mean task reward",
-                            "s / step (last step)": "seconds of the whole step"})
+                            speedup.STEP_TIME: f"the whole step, {speedup.STATISTIC}",
+                            speedup.TOKENS_PER_S: f"generated tokens per second of generation, {speedup.STATISTIC}"})
     state.note_spec_gaps(trains)
 
 
@@ -81,6 +85,11 @@ def entropy_law() -> None:
         st.info("No speculative rollouts among the selected runs yet: acceptance needs MTP (rollout TO or RS).")
         return
     st.caption(state.law_views_caption(runs, by))
+    scored = [name for name, run in runs.items() if len(run.streams.get("shadow", ()))]
+    if scored:  # the rollout's acceptance is at the depth the engine chose; the heads compare at one depth elsewhere
+        st.caption(f":material/stacked_line_chart: Here the acceptance is the rollout's, at the depth the engine chose "
+                   f"each step. {', '.join(f'`{n}`' for n in scored)} scored every head on the same rollouts at one "
+                   "depth: the Shadow heads page draws each one's law.")
     st.plotly_chart(plots.acceptance_vs_entropy(points, colors=colors, y_title=y_title), key="live_entropy_law")
     fits = plots.entropy_fits(points)
     left, right = st.columns([4, 1])
@@ -100,7 +109,8 @@ def acceptance() -> None:
         if data.empty:
             st.info("No accept length yet (runs without MTP have none).")
         else:
-            st.plotly_chart(plots.lines(data, [plots.ACCEPT_LENGTH], title="Accept length", x=x, smoothing=smoothing,
+            st.plotly_chart(plots.lines(data, [plots.ACCEPT_LENGTH], x=x, smoothing=smoothing,
+                                        title="Accept length (at the depth the engine chose)",
                                         y_title="tokens / verify step", colors=colors, from_zero=True),
                             key="live_accept_length")
             state.download(data, "accept_length.csv", key="dl_live_accept_length")
@@ -134,8 +144,16 @@ def policy() -> None:
             state.download(data, f"{column.replace('/', '_')}.csv", key=f"dl_live_{column}")
 
 
+@st.fragment(run_every=run_every)
+def row_depths() -> None:
+    """gamma="rows": the depth each row got per RL step, and the verify-token budget (bebop.engine.depth.rows)."""
+    trains = state.trains(state.load_runs(chosen, root, notify=False), notify=False)
+    state.show_row_depths(trains, colors, "live")
+
+
 headline()
 st.divider()
 entropy_law()
 acceptance()
+row_depths()
 policy()

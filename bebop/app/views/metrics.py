@@ -9,7 +9,7 @@ from bebop.app import state
 FIRST = ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean")
 
 root, infos, chosen, message = state.selected()
-st.title("All metrics")
+state.title("All metrics", chosen)
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
@@ -24,8 +24,8 @@ if not streams:
 
 c1, c2, c3 = st.columns([1, 4, 1.5])
 stream = c1.selectbox("Stream", streams, index=streams.index("train") if "train" in streams else 0, key="metrics_stream")
-frames = {name: run.streams[stream] for name, run in runs.items()
-          if stream in run.streams and "step" in run.streams[stream].columns}
+frames = plots.by_series({name: run.streams[stream] for name, run in runs.items()
+                          if stream in run.streams and "step" in run.streams[stream].columns})
 series = plots.numeric_series(frames)
 first = [s for s in series if s in FIRST or s.startswith(("mtp/loss/", "mtp/eval/"))]
 chosen_series = c2.multiselect("Series", series, default=(first or series)[:6], key=f"metrics_series_{stream}",
@@ -34,7 +34,7 @@ smoothing = c3.slider("Smoothing", 0.0, 0.95, 0.0, 0.05, key="metrics_smoothing"
 if not chosen_series:
     st.info(f"{len(series)} series logged in `{stream}`: pick some above.")
     st.stop()
-kinds = {runs[name].meta.get("kind") for name in frames}
+kinds = {run.meta.get("kind") for name, run in runs.items() if stream in run.streams}
 x_title = {frozenset({"rl"}): "RL step", frozenset({"train-mtp"}): "train-mtp step"}.get(frozenset(kinds), "step")
 columns = st.columns(2)
 for i, column in enumerate(chosen_series):

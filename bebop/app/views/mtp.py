@@ -13,7 +13,7 @@ READABLE = {"mtp/d_tv_mean": "d_TV(p, q), mean over positions", "mtp/grad_norm":
             "mtp/eval/accept_length_tf": "held-out accept length (teacher-forced)"}
 
 root, infos, chosen, message = state.selected()
-st.title("MTP heads")
+state.title("MTP heads", chosen)
 kinds = ("train-mtp", "eval-mtp")
 picked = [info for info in chosen if info.kind in kinds]
 if not picked:

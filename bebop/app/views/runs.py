@@ -3,17 +3,23 @@ strategy), the warnings it raised, and its config."""
 
 import streamlit as st
 
-from bebop.app import state
+from bebop.app import alerts, state
 
 root, infos, chosen, message = state.selected()
-st.title("Runs")
+state.title("Runs", infos)
 st.caption(f"Runs root: `{root}`")
 if message:
     st.info(message, icon=":material/info:")
     st.stop()
 
-state.show_warnings({state.label(info, root): info.warnings for info in infos})
-table = state.runs_table(infos, root)
+# Draft-health alarms as the current monitor reads them (replayed): a run's stored text may predate it.
+warned = {state.label(info, root): info for info in infos if info.warnings}
+replayed = state.load_runs([info for info in warned.values()
+                            if any(w.get("source") == "draft_health" for w in info.warnings)], root, notify=False)
+warnings = {name: alerts.run_warnings(name, replayed[name]) if name in replayed else info.warnings
+            for name, info in warned.items()}
+alerts.show_warnings(warnings)
+table = state.runs_table(infos, root, {name: len(records) for name, records in warnings.items()})
 counts = table["state"].value_counts()
 cols = st.columns(4)
 for col, name in zip(cols, ("running", "finished", "failed", "stale")):

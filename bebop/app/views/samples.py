@@ -5,12 +5,7 @@ import streamlit as st
 from bebop import plots
 from bebop.app import state
 
-root, infos, chosen, message = state.selected()
-st.title("Samples")
-if not chosen:
-    st.info(message or "Pick a run in the sidebar.", icon=":material/info:")
-    st.stop()
-runs = state.load_runs(chosen, root)
+runs = state.open_page("Samples", "Pick a run in the sidebar.")
 with_samples = [name for name, run in runs.items()
                 if "samples" in run.streams and "step" in run.streams["samples"].columns]
 if not with_samples:

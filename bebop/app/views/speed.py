@@ -4,11 +4,11 @@ work (`bebop.speedup`: the pairing, the statistic and the prediction `bebop demo
 import streamlit as st
 
 from bebop import plots, speedup
-from bebop.app import state
+from bebop.app import alerts, state
 from bebop.plots import speed as speed_plots
 
 root, infos, chosen, message = state.selected()
-st.title("Speed")
+state.title("Speed", chosen)
 if not chosen:
     st.info(message or "Pick one or more runs in the sidebar.", icon=":material/info:")
     st.stop()
@@ -23,7 +23,7 @@ if not trains:
     st.stop()
 x = st.segmented_control("x-axis", list(plots.X_AXES), default="step", key="speed_x", format_func=str.capitalize) \
     or "step"
-st.caption(f"Times per step are the {speedup.STATISTIC}.")
+st.caption(f"Every time per step and every tokens / s on these pages is the {speedup.STATISTIC}.")
 
 left, right = st.columns(2)
 with left:
@@ -41,6 +41,11 @@ with right:
     else:
         st.plotly_chart(plots.step_time_figure(times), key="speed_step_time")
         state.download(times, "step_times.csv", key="dl_speed_step_time")
+if not times.empty:  # seconds per step beside tokens per second: a shorter step may only have written less
+    state.show_table(times.rename(columns={"gen": "generation", "update": "update", "step": "whole step"}),
+                     {c: "%.2f" for c in ("generation", "update", "whole step")} | {"tokens_per_s": "%.0f"},
+                     helps={"tokens_per_s": "generated tokens per second of generation",
+                            "generation": speedup.STEP_TIME, "whole step": speedup.STEP_TIME})
 
 st.subheader("Speedup over plain decoding")
 st.caption("A speedup divides a plain-decoding run's time by an MTP run's only where the two did the same work: the "
@@ -60,11 +65,13 @@ if table.empty:
 else:
     for row in table[table["note"] != ""].itertuples():
         st.warning(f"`{row.run}`: {row.note}.", icon=":material/warning:")
+    for row in table[table["credit"] != ""].itertuples():  # what the speedups owe to something other than drafting
+        st.warning(f"`{row.run}`: {row.credit}.", icon=":material/balance:")
     st.plotly_chart(plots.speedup_figure(table), key="speed_speedup")
     # The notes stand above the chart; the table keeps to numbers, ratios first, and names a partner in the run's own
     # folder by its name there (the demo's pairs), so the table fits the page.
-    shown = table[["run", "plain_run", "measured_rollout", "predicted", "measured_end_to_end", "tokens_per_row_step",
-                   "step_cost"]].copy()
+    shown = table[["run", "plain_run", "measured_rollout", "predicted", "measured_end_to_end", "measured_update",
+                   "response_ratio", "tokens_per_row_step", "step_cost"]].copy()
     shown["plain_run"] = [plain.rsplit("/", 1)[-1] if plain.rsplit("/", 1)[0] == run.rsplit("/", 1)[0] else plain
                           for run, plain in zip(shown["run"], shown["plain_run"])]
     state.show_table(shown, {c: "%.2f" for c in shown.columns if c not in ("run", "plain_run")})
@@ -87,8 +94,11 @@ if not depths.empty:
                "cost(rows, γ), both measured as it runs: E[accepted] from its per-position acceptance, the cost from "
                "its own step timings per rows bucket (`engine/cost/{rows}/{γ}`). γ = 0 is plain decoding.")
 
-# Draft health (bebop.rl.draft_health): the entropy law's residual; an alarm means the draft parted from the policy.
-health = speed_plots.draft_health(trains)
+# gamma="rows": each row's depth per RL step and the verify-token budget (bebop.engine.depth.rows).
+state.show_row_depths(trains, colors, "speed", "Each row's draft depth and the verify-token budget")
+
+# Draft health (bebop.rl.draft_health, replayed with this code): the entropy law's residual; an alarm reads its sign.
+health = speed_plots.draft_health({name: alerts.health(name, train) for name, train in trains.items()})
 if not health.empty:
     st.subheader("Draft health")
     alarms = health[health["alarm"] > 0]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bebop.commands.bench.rounds import auto_beside_static, round_ratio
 from bebop.commands.device_args import add_device_args, device_and_dtype
-from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.gamma_arg import ADAPTIVE, gamma_arg, static
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy
 
 
@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="distinct prompts per rollout, one rows count each (rows = prompts x group)")
     parser.add_argument("--group", type=int, default=4, help="rows per prompt (a GRPO group)")
     parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=["auto", 1, 2, 3],
-                        help="depths timed beside plain decoding: ints >= 1 and 'auto' (chosen per step up to the "
-                             "largest int given, else 5)")
+                        help="depths timed beside plain decoding: ints >= 1, 'auto' (one chosen per step up to the "
+                             "largest int given, else 5) and 'rows' (each row its own, likewise)")
     parser.add_argument("--method", choices=("rs", "to"), default="rs", help="verification (default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=8, help="rounds, each of every depth once (default: 8)")
@@ -54,8 +54,8 @@ def check_args(args: argparse.Namespace) -> None:
     from bebop.data.tasks import check_task_names
 
     check_flags(args, ("--group", "--max-new-tokens", "--repeats", "--threads", "--prompts"), low=1)
-    if any(g != "auto" and g < 0 for g in args.gamma) or len(depths(args)) < 2:
-        raise ValueError(f"--gamma values must be 'auto' or ints >= 0 with at least one to time besides plain "
+    if any(g < 0 for g in static(args.gamma)) or len(depths(args)) < 2:
+        raise ValueError(f"--gamma values must be 'auto', 'rows' or ints >= 0 with at least one to time besides plain "
                          f"decoding (0, always timed), got {args.gamma}")
     check_task_names(args.tasks)
     check_policy(args.policy)
@@ -63,9 +63,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def depths(args: argparse.Namespace) -> list:
-    """Plain decoding, the static depths in order, then 'auto' if asked for."""
-    static = sorted({g for g in args.gamma if g != "auto" and g > 0})
-    return [0, *static, *(["auto"] if "auto" in args.gamma else [])]
+    """Plain decoding, the static depths in order, then 'auto' and 'rows' if asked for."""
+    return [0, *sorted({g for g in static(args.gamma) if g > 0}), *[g for g in ADAPTIVE if g in args.gamma]]
 
 
 def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
@@ -76,7 +75,7 @@ def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
     from bebop.rl.batch import sample_examples
 
     fmt = prompt_format("auto", tokenizer)
-    max_gamma = max((d for d in engines if d != "auto"), default=0) or GenerationConfig.max_gamma  # auto's range
+    max_gamma = max(static(engines), default=0) or GenerationConfig.max_gamma  # auto's / rows' range
     per_token, chosen = {d: [] for d in engines}, {}
     for r in range(-1, args.repeats):  # round -1 warms up (allocations, kernel caches) and is not timed
         examples = sample_examples(task, prompts, args.group, args.seed + r + 1)
@@ -87,8 +86,10 @@ def time_regime(engines: dict, task, tokenizer, prompts: int, args) -> dict:
             if r < 0:
                 continue
             per_token[depth].append(stats["wall_time_s"] / max(stats["num_generated_tokens"], 1))
-            for g in range(max_gamma + 1) if depth == "auto" else ():
-                chosen[g] = chosen.get(g, 0) + stats[f"spec/num_gamma_chosen/{g}"]
+            key = {"auto": "spec/num_gamma_chosen/{}", "rows": "spec/num_row_depth/{}"}.get(depth)
+            for g in range(max_gamma + 1) if key else ():
+                chosen.setdefault(depth, {})
+                chosen[depth][g] = chosen[depth].get(g, 0) + stats.get(key.format(g), 0)
     return {"per_token": per_token, "chosen": chosen}
 
 
@@ -97,29 +98,30 @@ def records(task_name: str, rows: int, timed: dict) -> list[dict]:
     plain = per_token[0]
     out = [{"task": task_name, "rows": rows, "gamma": d, "seconds_per_token": statistics.median(s),
             "round_seconds_per_token": s, "speedup": round_ratio(plain, s)} for d, s in per_token.items()]
-    if "auto" in per_token:
-        static = {d: s for d, s in per_token.items() if d != "auto" and d > 0}
-        out[-1].update(auto_beside_static(per_token["auto"], static, timed["chosen"]))
+    fixed = {d: s for d, s in per_token.items() if d not in ADAPTIVE and d > 0}
+    for record in out:
+        if record["gamma"] in ADAPTIVE:
+            record.update(auto_beside_static(per_token[record["gamma"]], fixed, timed["chosen"][record["gamma"]]))
     return out
 
 
 def print_table(all_records: list[dict]) -> None:
-    static = sorted({r["gamma"] for r in all_records if r["gamma"] != "auto" and r["gamma"] > 0})
-    head = f"{'task':<10}{'rows':>5}" + "".join(f"{'γ=' + str(g):>8}" for g in static)
-    has_auto = any(r["gamma"] == "auto" for r in all_records)
-    print(head + (f"{'auto':>8}{'auto/best':>13}{'auto γ':>8}" if has_auto else ""))
+    fixed = sorted({r["gamma"] for r in all_records if r["gamma"] not in ADAPTIVE and r["gamma"] > 0})
+    adaptive = [g for g in ADAPTIVE if any(r["gamma"] == g for r in all_records)]
+    head = f"{'task':<10}{'rows':>5}" + "".join(f"{'γ=' + str(g):>8}" for g in fixed)
+    print(head + "".join(f"{g:>8}{g + '/best':>13}{g + ' γ':>8}" for g in adaptive))
     for task, rows in dict.fromkeys((r["task"], r["rows"]) for r in all_records):
         cells = {r["gamma"]: r for r in all_records if (r["task"], r["rows"]) == (task, rows)}
-        line = f"{task:<10}{rows:>5}" + "".join(f"{cells[g]['speedup']:>7.2f}x" for g in static)
-        if "auto" in cells:
-            auto = cells["auto"]
+        line = f"{task:<10}{rows:>5}" + "".join(f"{cells[g]['speedup']:>7.2f}x" for g in fixed)
+        for g in adaptive:
+            auto = cells[g]
             best = "-" if auto["over_best_static"] is None else (f"{auto['over_best_static']:.2f}"
                                                                  f"±{auto['over_best_static_se']:.2f}")
             line += f"{auto['speedup']:>7.2f}x{best:>13}{auto['gamma_mean']:>8.1f}"
         print(line)
     print("speedup: seconds per generated token of plain decoding over the depth's, medians over rounds of the "
-          "ratio within a round; auto/best: the same ratio over the static depth auto fares worst against, ± its "
-          "standard error; auto γ: its mean depth per engine step")
+          "ratio within a round; auto/best (rows/best): the same ratio over the static depth it fares worst against, "
+          "± its standard error; auto γ: its mean depth per engine step (rows γ: per row-step)")
 
 
 def run(args: argparse.Namespace) -> int:

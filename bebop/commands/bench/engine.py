@@ -12,7 +12,11 @@ For each model and batch size it measures, side by side:
     head (bebop.vllm_plugin) has no row here;
   * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
-    to a one-token target forward), next to the measured speedup over bebop plain at the same batch.
+    to a one-token target forward), next to the measured speedup over bebop plain at the same batch (± its standard
+    error over rounds); for `--gamma rows` the theory is the per-row controller's own cost model's prediction for
+    the steps it priced (`bebop.engine.depth.counters.predicted_speedup`, the last round's), measured live in the
+    engine loop;
+  * with `--lookup`, prompt lookup alone (no head, RS) at the deepest static γ, in the same rounds.
 
 Every cell, the step-cost micro-benchmarks included, runs once per round, in turn, so a slow patch of a shared
 machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
@@ -50,10 +54,12 @@ from pathlib import Path
 import torch
 
 from bebop.commands.bench.costs import bench_prompts, cost_cells, record_costs
-from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio
+from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio, round_ratio_se
 from bebop.commands.device_args import add_device_args, device_and_dtype
-from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.gamma_arg import ADAPTIVE, gamma_arg, static
 from bebop.engine import Engine
+from bebop.engine.depth.counters import predicted_speedup
+from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import theoretical_speedup
 from bebop.models.checkpoint import save_pretrained
@@ -83,9 +89,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the --policy's draft head: {HEAD_HELP} (default: %(default)s)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="batch sizes (default: 1 8 32)")
     parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
-                        help="draft depths, each an int (0: plain decoding, always timed) or 'auto' (chosen per step "
-                             "up to the largest int given, else 5; its rows also give the ratio to the best static γ) "
-                             "(default: 3; `bebop bench depth` compares depths)")
+                        help="draft depths, each an int (0: plain decoding, always timed), 'auto' (one chosen per "
+                             "step up to the largest int given, else 5) or 'rows' (each row its own, likewise); their "
+                             "records also give the ratio to the best static γ (default: 3; `bebop bench depth` "
+                             "compares depths)")
+    parser.add_argument("--methods", nargs="+", choices=TIMED_METHODS, default=list(TIMED_METHODS),
+                        help="the verification rules timed at each depth (default: to rs)")
+    parser.add_argument("--no-costs", action="store_true",
+                        help="skip the step-cost micro-benchmarks (the static depths' theory column stays empty)")
+    parser.add_argument("--lookup", action="store_true",
+                        help="with --policy and a head: also time prompt lookup alone (RS) at the deepest static γ")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (tiny and deep)")
     parser.add_argument("--small-new-tokens", type=int, default=24,
                         help=f"tokens generated per row ({' and '.join(LARGE_VOCAB)})")
@@ -120,8 +133,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--temperature must be a finite number > 0, got {args.temperature}")
     if any(v < 1 for v in args.batch):
         raise ValueError(f"--batch values must be >= 1, got {args.batch}")
-    if any(g != "auto" and g < 0 for g in args.gamma) or not _depths(args):  # γ = 0, plain, is timed anyway
-        raise ValueError(f"--gamma values must be 'auto' or ints >= 0 with at least one to time besides plain "
+    if any(g < 0 for g in static(args.gamma)) or not _depths(args):  # γ = 0, plain, is timed anyway
+        raise ValueError(f"--gamma values must be 'auto', 'rows' or ints >= 0 with at least one to time besides plain "
                          f"decoding (0, which every batch times), got {args.gamma}")
     for flag in ("--new-tokens", "--small-new-tokens", "--prompt-len", "--repeats"):
         value = getattr(args, flag[2:].replace("-", "_"))
@@ -205,8 +218,12 @@ def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> l
 
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
-                      for c, e in engines.items() for gamma in _depths(args) for method in TIMED_METHODS})
-        cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
+                      for c, e in engines.items() for gamma in _depths(args) for method in args.methods})
+        if args.lookup and _static(args):
+            cells[("lookup", "rs", max(_static(args)), False)] = bebop(Engine(model, PromptLookup()),
+                                                                      max(_static(args)), "rs")
+        if not args.no_costs:
+            cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
             cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens,
@@ -242,45 +259,55 @@ def _timed(base: dict, seconds: list[float], **fields) -> dict:
 
 def _static(args) -> list[int]:
     """The static depths timed (γ = 0, plain decoding, is timed in every batch anyway)."""
-    return [g for g in dict.fromkeys(args.gamma) if g != "auto" and g > 0]
+    return [g for g in static(args.gamma) if g > 0]
 
 
 def _depths(args) -> list:
-    return _static(args) + (["auto"] if "auto" in args.gamma else [])
+    return _static(args) + [g for g in ADAPTIVE if g in args.gamma]
 
 
 def _bebop_records(timed: dict, base: dict, args, compiled: bool) -> list[dict]:
     base = {**base, "engine": "bebop", "compiled": compiled}
     plain = timed[("bebop", "plain", 0, compiled)][0]
     records = [_timed(base, plain, mode="plain", gamma=0)]
-    if "auto" in args.gamma:
-        records += [_auto_record(timed, base, args, compiled, method) for method in TIMED_METHODS]
+    records += [_auto_record(timed, base, args, compiled, method, gamma)
+                for gamma in ADAPTIVE if gamma in args.gamma for method in args.methods]
+    if ("lookup", "rs", max(_static(args), default=0), False) in timed and not compiled:
+        gamma = max(_static(args))
+        seconds, rollout = timed[("lookup", "rs", gamma, False)]
+        records.append(_timed({**base, "engine": "lookup"}, seconds, mode="rs", gamma=gamma,
+                              accept_length=rollout.stats["spec/accept_length"], speedup=round_ratio(plain, seconds),
+                              speedup_se=round_ratio_se(plain, seconds)))
     for gamma in _static(args):
         costs = record_costs(timed, gamma, compiled)
-        for method in TIMED_METHODS:
+        for method in args.methods:
             seconds, rollout = timed[("bebop", method, gamma, compiled)]
             alphas = [rollout.stats[f"spec/alpha_pos/{i}"] for i in range(gamma)]
             alphas = [0.0 if a != a else a for a in alphas]  # NaN: position never reached
             records.append(_timed(base, seconds, mode=method, gamma=gamma,
                                   acceptance_rate=rollout.stats["spec/acceptance_rate"],
                                   accept_length=rollout.stats["spec/accept_length"],
-                                  speedup=round_ratio(plain, seconds), **costs,
+                                  speedup=round_ratio(plain, seconds),
+                                  speedup_se=round_ratio_se(plain, seconds), **costs,
                                   theoretical_speedup=theoretical_speedup(alphas, gamma, **{
                                       k: costs[k] for k in ("verify_cost", "draft_cost")}) if costs else None))
     return records
 
 
-def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str) -> dict:
-    """gamma="auto" beside plain decoding and the best static γ of the same rounds (the one it fares worst against,
-    round by round): each ratio the median over rounds of the ratio within a round."""
+def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str, gamma: str) -> dict:
+    """gamma="auto" or "rows" beside plain decoding and the best static γ of the same rounds (the one it fares worst
+    against, round by round): each ratio the median over rounds of the ratio within a round. "chosen" counts steps
+    per depth ("auto") or row-steps per depth ("rows")."""
     plain = timed[("bebop", "plain", 0, compiled)][0]
-    seconds, rollout = timed[("bebop", method, "auto", compiled)]
+    seconds, rollout = timed[("bebop", method, gamma, compiled)]
     stats = rollout.stats
-    chosen = {g: stats[f"spec/num_gamma_chosen/{g}"] for g in range(int(stats["spec/gamma"]) + 1)}
-    static = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
-    return _timed(base, seconds, mode=method, gamma="auto", speedup=round_ratio(plain, seconds),
-                  acceptance_rate=stats["spec/acceptance_rate"], accept_length=stats["spec/accept_length"],
-                  **auto_beside_static(seconds, static, chosen))
+    key = "spec/num_row_depth/{}" if gamma == "rows" else "spec/num_gamma_chosen/{}"
+    chosen = {g: stats.get(key.format(g), 0) for g in range(int(stats["spec/gamma"]) + 1)}
+    static_seconds = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
+    return _timed(base, seconds, mode=method, gamma=gamma, speedup=round_ratio(plain, seconds),
+                  speedup_se=round_ratio_se(plain, seconds), acceptance_rate=stats["spec/acceptance_rate"],
+                  accept_length=stats["spec/accept_length"], theoretical_speedup=predicted_speedup(stats),
+                  **auto_beside_static(seconds, static_seconds, chosen))
 
 
 def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:
@@ -308,12 +335,13 @@ def print_table(records: list[dict]) -> None:
                    "theory", "meas/theory"):
         table.add_column(column, justify="right")
     fmt = lambda v, spec=".2f": "" if v is None else format(v, spec)  # noqa: E731
-    autos = [r for r in records if r.get("gamma") == "auto"]
+    autos = [r for r in records if r.get("gamma") in ADAPTIVE]
     for r in records:
         ratio = r["speedup"] / r["theoretical_speedup"] if r.get("theoretical_speedup") else None
         table.add_row(r["model"], str(r["batch"]), r["engine"], "yes" if r["compiled"] else "", r["mode"], str(r["gamma"]),
                       fmt(r["tokens_per_s"], ".0f"),
-                      fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")), fmt(r.get("speedup")),
+                      fmt(r.get("acceptance_rate")), fmt(r.get("draft_cost")),
+                      _speedup_text(r),
                       fmt(r.get("theoretical_speedup")), fmt(ratio))
     Console(width=max(Console().width, 132)).print(table)
     for r in records:  # a draft vocabulary's saving per draft position
@@ -321,11 +349,11 @@ def print_table(records: list[dict]) -> None:
             print(f"{r['model']} batch {r['batch']} {r['mode']} γ={r['gamma']}: a draft position costs "
                   f"{r['draft_cost']:.3f} of a plain step over the head's draft vocabulary, "
                   f"{r['draft_cost_full_vocab']:.3f} over the whole vocabulary")
-    for r in autos:  # the rows of gamma="auto": what it chose and how it compares with the best static γ
+    for r in autos:  # the rows of gamma="auto" / "rows": what it chose and how it compares with the best static γ
         best = "" if r["best_static_gamma"] is None else (
             f", {r['over_best_static']:.2f}x (± {r['over_best_static_se']:.2f}) the best static γ "
             f"({r['best_static_gamma']})")
-        print(f"{r['model']} batch {r['batch']} {r['mode']}{' compiled' if r['compiled'] else ''} γ=auto: chose "
+        print(f"{r['model']} batch {r['batch']} {r['mode']}{' compiled' if r['compiled'] else ''} γ={r['gamma']}: chose "
               f"mean γ {r['gamma_mean']:.2f} {r['gamma_chosen']}; {r['speedup']:.2f}x plain{best}")
     names = {"hf": "HF generate()", "vllm": "vLLM"}
     for r in records:
@@ -335,6 +363,14 @@ def print_table(records: list[dict]) -> None:
             parts = [f"{eager:.2f}x eager"] if eager is not None else []
             parts += [f"{compiled:.2f}x compiled"] if compiled is not None else []
             print(f"{r['model']} batch {r['batch']}: bebop plain / {names[peer]} = {', '.join(parts)}")
+
+
+def _speedup_text(record: dict) -> str:
+    """A record's speedup with its standard error where it has one (two rounds or more)."""
+    speedup, se = record.get("speedup"), record.get("speedup_se")
+    if speedup is None:
+        return ""
+    return f"{speedup:.2f}" + ("" if se is None or se != se else f" ± {se:.2f}")
 
 
 def run(args) -> int:

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from bebop.commands.device_args import add_device_args
-from bebop.commands.gamma_arg import gamma_arg
+from bebop.commands.gamma_arg import gamma_arg, static
 from bebop.commands.outputs import check_new_run_dirs
 from bebop.commands.prompt_args import add_prompt_args, prompt_fields
 from bebop.policy import HEAD_HELP, POLICY_HELP
@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", nargs="+", type=gamma_arg, default=[3],
-                        help="draft depths of the MTP runs, each an int >= 1 or 'auto' (chosen per engine step); "
+                        help="draft depths of the MTP runs, each an int >= 1, 'auto' (chosen per engine step) or 'rows' "
+                             "(each row its own per step); "
                              "several are timed in the same interleaved rounds (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times")
     parser.add_argument("--micro-batch-tokens", type=int, default=RLConfig.micro_batch_tokens,
@@ -86,8 +87,9 @@ def check_args(args: argparse.Namespace) -> dict:
 
     dataset = DatasetConfig(prompt_key=args.prompt_key, answer_key=args.answer_key)
     tasks = {name: get(name, dataset) for name in check_task_names(args.tasks)}
-    if any(g != "auto" and g < 1 for g in args.gamma):
-        raise ValueError(f"--gamma values must be >= 1 or 'auto' (plain decoding is always run), got {args.gamma}")
+    if any(g < 1 for g in static(args.gamma)):
+        raise ValueError(f"--gamma values must be >= 1, 'auto' or 'rows' (plain decoding is always run), "
+                         f"got {args.gamma}")
     check_flags(args, ("--steps", "--max-new-tokens", "--repeats", "--prompts"), low=1)
     check_flags(args, ("--group",), low=2)  # GRPO compares completions within a group
     check_flags(args, ("--micro-batch-tokens", "--seed"), low=0)  # 0 tokens: the whole batch at once

@@ -14,10 +14,15 @@ does any sequence of such steps.
 
 How each factor is measured, and why (load, doubt, margin, exploration, probes): docs/draft-depth.md, which also lists
 the modules (`choice`, `estimates`, `cells`, `probes`, `controller`, `counters`).
+
+Under `GenerationConfig(gamma="rows")` each row gets its own depth and draft source per step instead, under a
+verify-token budget: `RowDepths` (`rows`, with its acceptance laws `row_law` and its cost model `row_costs`).
 """
 
 from bebop.engine.depth.cells import ROW_BUCKETS, row_bucket
 from bebop.engine.depth.choice import Choice, Depth, FixedDepth
 from bebop.engine.depth.controller import DepthConfig, DepthController
+from bebop.engine.depth.rows import RowDepths, RowsConfig, RowState
 
-__all__ = ["Choice", "Depth", "DepthConfig", "DepthController", "FixedDepth", "ROW_BUCKETS", "row_bucket"]
+__all__ = ["Choice", "Depth", "DepthConfig", "DepthController", "FixedDepth", "ROW_BUCKETS", "RowDepths", "RowState",
+           "RowsConfig", "row_bucket"]

@@ -23,6 +23,17 @@ class Choice:
     expected_accepted: float | None  # E[accepted | γ] per row (None: a fixed depth expects nothing)
     cost_s: float | None  # estimated seconds of this step (None: the depth had no price yet)
     probe: bool  # chosen to measure, not because it was the best estimate
+    # Per live row, in the batch's order (a per-row depth: bebop.engine.depth.rows): each row's own depth (gamma is
+    # their deepest) and whether it drafts by prompt lookup instead of the head. None: every row at gamma, by the
+    # engine's one draft.
+    depths: tuple[int, ...] | None = None
+    lookup: tuple[bool, ...] | None = None
+    budget: int | None = None  # the verify-token budget the depths were chosen under (None: none)
+    plain_s: float | None = None  # the cost model's price of a plain step at these rows (per-row depths)
+
+    def row_depths(self) -> list[int]:
+        """Each live row's depth."""
+        return list(self.depths) if self.depths is not None else [self.gamma] * self.rows
 
 
 class Depth(Protocol):
