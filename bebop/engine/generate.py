@@ -318,13 +318,13 @@ class Engine:
         drafts = step_drafts(self, batch, choice, config, uniforms, histories)
         ragged = choice.depths is not None and len(set(depths)) > 1
         widths = by_slot(batch, [d + 1 for d in depths], 1) if ragged else [gamma + 1] * batch.capacity
-        layout = layout_of(widths, batch.capacity, self.device)
+        layout = layout_of(widths, batch.capacity, self.device, self.taps)
         self._sync(config)
         t1 = time.perf_counter()
         # 2. verify: one target forward over each row's pending token and its drafts
         host, num_accepted, next_token, emitted, hidden = self.verify_step(
             self.model, batch.pending, drafts, batch.cache, uniforms, kv_len=kv_len, method=config.method,
-            sampling=config.sampling, layout=layout, clock=None if self.compiled else clock, taps=self.taps)
+            sampling=config.sampling, layout=layout, clock=None if self.compiled else clock)
         tick(clock if self.compiled else None, "compiled")
         self._sync(config)
         t2 = time.perf_counter()

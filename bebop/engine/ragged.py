@@ -28,38 +28,39 @@ from bebop.models.kvcache import KVCache
 
 @dataclass(frozen=True)
 class Layout:
-    """Which positions of a step's [B, W] rectangle are computed, and where each lands among them."""
+    """Which positions of a step's [B, W] rectangle are computed, where each lands among them, and which decoder
+    layers' residual streams each hands back beside its hidden state (a fused head's taps)."""
 
     index: torch.Tensor  # [B, W] long: the packed position of row b's position i (past its width: its last one)
     flat: torch.Tensor | None  # [N] long: b·W + i of each packed position, row by row (None: all B·W, in order)
+    taps: tuple[int, ...] = ()
 
     @property
     def width(self) -> int:
         return self.index.shape[1]
 
 
-def layout_of(widths: list[int], rows: int, device: torch.device) -> Layout:
+def layout_of(widths: list[int], rows: int, device: torch.device, taps: tuple[int, ...] = ()) -> Layout:
     """The layout of a step whose first len(widths) tensor rows compute widths[b] >= 1 positions each and whose
-    padding rows (up to `rows`) one each. One upload of a host table."""
+    padding rows (up to `rows`) one each, tapping `taps`. One upload of a host table."""
     widths = [*widths, *[1] * (rows - len(widths))]
     width = max(widths)
     if all(w == width for w in widths):
-        return Layout(torch.arange(rows * width, device=device).view(rows, width), None)
+        return Layout(torch.arange(rows * width, device=device).view(rows, width), None, taps)
     starts = [0]
     for w in widths[:-1]:
         starts.append(starts[-1] + w)
     index = [[s + min(i, w - 1) for i in range(width)] for s, w in zip(starts, widths)]
     flat = [b * width + i for b, w in enumerate(widths) for i in range(w)]
     table = upload([*[i for row in index for i in row], *flat], device)  # one copy up
-    return Layout(table[: rows * width].view(rows, width), table[rows * width:])
+    return Layout(table[: rows * width].view(rows, width), table[rows * width:], taps)
 
 
-def ragged_forward(model, tokens: torch.Tensor, layout: Layout, cache: KVCache, kv_len: int,
-                   taps: tuple[int, ...] = ()) -> torch.Tensor:
+def ragged_forward(model, tokens: torch.Tensor, layout: Layout, cache: KVCache, kv_len: int) -> torch.Tensor:
     """Hidden states [N, d] (after the final norm) of the packed positions of tokens [B, W], as the model's cached
-    forward computes them for those positions (with `taps`, a fused head's features [N, (1 + n) d]); the cache gets
-    their keys and values, its lengths stay."""
-    batch, width = tokens.shape
+    forward computes them for those positions (with the layout's taps, a fused head's features [N, (1 + n) d]); the
+    cache gets their keys and values, its lengths stay."""
+    batch, width, taps = *tokens.shape, layout.taps
     if layout.flat is None:
         _, hidden = model.forward(tokens, cache, kv_len=kv_len, compute_logits=False, taps=taps)  # [B, W, d']
         return hidden.reshape(batch * width, -1)

@@ -124,8 +124,7 @@ def draft(model, mtp, query: tuple[torch.Tensor, torch.Tensor], cache: KVCache, 
 
 
 def verify_rows(model, pending: torch.Tensor, drafts: Drafts, cache: KVCache, uniforms: torch.Tensor, *,
-                kv_len: int, method: str, sampling: Sampling, layout: Layout, clock: PhaseClock | None = None,
-                taps: tuple[int, ...] = ()):
+                kv_len: int, method: str, sampling: Sampling, layout: Layout, clock: PhaseClock | None = None):
     """One target forward over [pending [B], drafts.tokens [B, G]] at the positions `layout` computes (each row
     its pending token and its own drafts.depths[b] drafts), then verification (`bebop.verify.verify_scores`).
 
@@ -134,13 +133,13 @@ def verify_rows(model, pending: torch.Tensor, drafts: Drafts, cache: KVCache, un
     each position's entropy comes from the same exponentials (`normaliser_and_entropy`).
 
     Returns (host [B, 3G+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
-    [B, G+1] (accepted drafts, then next_token repeated); hidden [B, G+1, d], or with `taps` (a fused head's feature
-    layers) the features [B, G+1, (1 + n) d] it reads, zero past a row's width). The cache
+    [B, G+1] (accepted drafts, then next_token repeated); hidden [B, G+1, d], or with the layout's taps (a fused
+    head's feature layers) the features [B, G+1, (1 + n) d] it reads, zero past a row's width). The cache
     gets the computed positions' K/V but keeps its lengths."""
     batch, gamma = drafts.tokens.shape
     uniforms = verify_uniforms(uniforms, gamma)  # [B, G+1]
     tokens = torch.cat([pending[:, None], drafts.tokens], 1)  # [B, G+1]
-    hidden = ragged_forward(model, tokens, layout, cache, kv_len, taps)  # [N, d] or [N, (1 + n) d]
+    hidden = ragged_forward(model, tokens, layout, cache, kv_len)  # [N, d] or [N, (1 + n) d]
     tick(clock, "verify_forward")
     logits = model.lm_logits(hidden)  # [N, V]
     tick(clock, "verify_lm_head")
