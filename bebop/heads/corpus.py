@@ -163,7 +163,7 @@ def load_corpus(cache: Path | None, model: Transformer, tokenizer, config: Train
                 sampler = model if dtype == model.lm_head.weight.dtype else copy.deepcopy(model).to(dtype)
                 drafter = drafter if drafter is None or isinstance(drafter, PromptLookup) else \
                     copy.deepcopy(drafter).to(device=model.lm_head.weight.device, dtype=dtype).eval()
-            part = _generate(sampler, tokenizer, config, tasks[name], index, drafter, path, progress, log)
+            part = _generate(sampler, tokenizer, config, tasks[name], index, drafter, path, progress)
             part["key"] = keys[name]
             if path is not None:
                 _save(part, path)
@@ -177,12 +177,12 @@ def load_corpus(cache: Path | None, model: Transformer, tokenizer, config: Train
 
 
 def _generate(sampler, tokenizer, config: TrainMTPConfig, task: Task, index: int, drafter, path: Path | None,
-              progress: Progress, log) -> dict:
+              progress: Progress) -> dict:
     """One task's answers, resumed from its partial file where an interrupted run left one, saved after every call."""
     partial = None if path is None else path.with_name(f".{path.name}.partial")
     done = torch.load(partial, weights_only=False) if partial is not None and partial.is_file() else None
     count, seen = per_task(config), {"answers": 0 if done is None else len(done["tokens"])}
-    if log:
+    if log := progress.log:
         how = "plain sampling" if drafter is None else f"drafted by {config.corpus_head}, RS at γ = {config.corpus_gamma}"
         log(f"{task.name}: generating {count} answers of up to {config.max_new_tokens} tokens ({how})"
             + (f", {seen['answers']} from an interrupted run" if done else ""))
