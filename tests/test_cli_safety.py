@@ -148,7 +148,7 @@ def test_a_bad_jsonl_names_the_row_and_the_cause(tmp_path, monkeypatch, capsys, 
 
 @pytest.mark.parametrize("argv, expected", [
     (["rl", "--steps", "-3"], "--steps must be a positive int, got -3"),
-    (["rl", "--gamma", "0"], "--gamma must be a positive int or 'auto', got 0"),
+    (["rl", "--gamma", "0"], "--gamma must be a positive int or 'auto' or 'rows', got 0"),
     (["train-mtp", "--batch-size", "-4", "--steps", "2"], "--batch-size must be a positive int, got -4"),
     (["pretrain", "--eval-prompts", "0"], "--eval-prompts must be a positive int"),
 ])

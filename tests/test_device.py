@@ -26,7 +26,8 @@ ARGS = {"rl": ["rl", "--out", "{tmp}/rl"], "train-mtp": ["train-mtp", "--tiny", 
         "task-sweep": ["task-sweep", "--run-dir", "{tmp}/sweep"],
         "bench engine": ["bench", "engine"], "bench rl": ["bench", "rl"], "bench losses": ["bench", "losses"],
         "bench depth": ["bench", "depth"], "bench step": ["bench", "step"],
-        "bench train-mtp": ["bench", "train-mtp"], "bench coverage": ["bench", "coverage"]}
+        "bench train-mtp": ["bench", "train-mtp"], "bench coverage": ["bench", "coverage"],
+        "bench corpus": ["bench", "corpus"]}
 
 
 def _parser(module: str) -> argparse.ArgumentParser:
