@@ -96,17 +96,22 @@ def plots_on_page(page: str) -> tuple[int, int]:
     return cells.count('<div class="plotly-graph-div"'), cells.count('<div class="jp-RenderedImage jp-OutputArea-output')
 
 
+def figures_notebook(figures: int):
+    """A notebook that opens as bebop's do (the setup cell) and then draws `figures` plotly figures, a cell each."""
+    nbformat = pytest.importorskip("nbformat")
+    figure = "import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2], y=[3, 4]))"
+    setup = nbformat.v4.new_code_cell("from bebop.plots import notebook\nnotebook.setup()")
+    return nbformat.v4.new_notebook(cells=[setup, *(nbformat.v4.new_code_cell(figure) for _ in range(figures))])
+
+
 def test_nbconvert_renders_a_notebook_without_a_browser_with_every_figure(tmp_path):
     """The README's user without a browser: `jupyter nbconvert --to html --execute` of a notebook that opens as
     bebop's do (its setup) and draws three figures finishes, every figure on the page (nbconvert warns of any it
     cannot show), drawn by plotly.js, and the page says once what to install for PNGs. The five notebooks take the
     same path in tests/test_notebooks.py wherever the suite runs without a browser (CI's first step)."""
-    nbformat = pytest.importorskip("nbformat")
-    figure = "import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2], y=[3, 4]))"
+    pytest.importorskip("nbconvert")
     path = tmp_path / "three_figures.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from bebop.plots import notebook\nnotebook.setup()"),
-        *(nbformat.v4.new_code_cell(figure) for _ in range(3))]), path)
+    pytest.importorskip("nbformat").write(figures_notebook(3), path)
     done = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--execute", "--output-dir",
                            str(tmp_path / "out"), str(path)], env=hidden_browser(tmp_path), capture_output=True,
                           text=True, timeout=600)
@@ -125,13 +130,10 @@ def test_with_a_browser_every_figure_is_a_png(monkeypatch):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    nbformat = pytest.importorskip("nbformat")
     from test_notebooks import cells_showing_a_plot, cells_that_drew, notebook_client, render_html
 
     monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
-    figure = "import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2], y=[3, 4]))"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from bebop.plots import notebook\nnotebook.setup()"),
-                                         nbformat.v4.new_code_cell(figure), nbformat.v4.new_code_cell(figure)])
+    nb = figures_notebook(2)
     notebook_client(nb, 300).execute()
     assert not any("For PNG figures too" in o.get("text", "") for o in nb.cells[0].outputs), nb.cells[0].outputs
     page = render_html(nb)

@@ -21,8 +21,8 @@ from bebop.models.transformer import Transformer  # noqa: E402
 from bebop.plots import speed as speed_plots  # noqa: E402
 from bebop.rl import RLConfig, build_trainer  # noqa: E402
 from bebop.rl.draft_health import HealthConfig  # noqa: E402
-from test_draft_health import CORRUPT_AT  # noqa: E402
 from bebop.runlog import load_run  # noqa: E402
+from test_draft_health import CORRUPT_AT  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,8 @@ def root(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     config = ModelConfig.tiny(vocab_size=tok.vocab_size, **MODEL)
     model, head = Transformer(config), MTPHead(config)
-    rl = RLConfig.tiny(steps=CORRUPT_AT + 2 + HealthConfig().window, prompts_per_step=4, group_size=4, max_new_tokens=24, mode="sync", lr=1e-3,
-                       gamma="auto", max_gamma=3)
+    rl = RLConfig.tiny(steps=CORRUPT_AT + 2 + HealthConfig().window, prompts_per_step=4, group_size=4,
+                       max_new_tokens=24, mode="sync", lr=1e-3, gamma="auto", max_gamma=3)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generate, "DepthController", _Cycling)
         corrupting(build_trainer(rl, model, tok, head=head, run_dir=root / "auto", task=Digits())).run()
