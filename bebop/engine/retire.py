@@ -18,7 +18,8 @@ def host_rows(host: torch.Tensor, batch: Batch, depths: list[int], verdicts: dic
     verdict goes to `verdicts` under its own depth ({γ: [[num_accepted, H(p_1..p_γ)], ...]})."""
     table = host_copy(host).tolist()  # HOST SYNC
     tick(clock, "host_sync")
-    results = [unpack_host_row(table[slot], max(depths, default=0), d) for slot, d in zip(batch.slots, depths)]
+    deepest = max(depths, default=0)  # once: inside the comprehension it made the step quadratic in the rows
+    results = [unpack_host_row(table[slot], deepest, d) for slot, d in zip(batch.slots, depths)]
     for r, d in zip(results, depths):
         if d > 0:
             verdicts.setdefault(d, []).append([r.num_accepted, *r.verified_entropies])
