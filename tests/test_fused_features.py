@@ -279,11 +279,10 @@ def test_the_policy_positions_read_a_fused_head_on_its_own_features():
     top = MTPHead(model.config, trained_depth=3).eval()
     fused = top.with_features(TAPS).eval()
     tokenizer, task = CharTokenizer(), _Digits()
-    examples = task.sample(3, 0)
-    p, qs = policy_positions(model, tokenizer, {"top": top, "fused": fused}, task, examples, temperature=1.0,
-                             max_new_tokens=6)
+    examples, answers = task.sample(3, 0), GenerationConfig(max_new_tokens=6, gamma=0, seed=0)
+    p, qs = policy_positions(model, tokenizer, {"top": top, "fused": fused}, task, examples, answers)
     assert p.shape[0] > 0 and qs["fused"].shape == qs["top"].shape == p.shape
     torch.testing.assert_close(qs["fused"], qs["top"])
     fused.fuse.weight.add_(0.3 * torch.randn_like(fused.fuse.weight))
-    _, moved = policy_positions(model, tokenizer, {"fused": fused}, task, examples, temperature=1.0, max_new_tokens=6)
+    _, moved = policy_positions(model, tokenizer, {"fused": fused}, task, examples, answers)
     assert (moved["fused"] - qs["top"]).abs().max() > 1e-3

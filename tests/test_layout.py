@@ -155,6 +155,16 @@ def test_files_and_functions_stay_readable():
     assert not too_long, "\n".join(too_long)
 
 
+MANY_PARAMETERS, AT_MOST_SO_MANY = 8, 11  # the fourth house step's bar (docs/architecture.md counts them the same way)
+
+
+def test_few_functions_take_more_than_eight_parameters():
+    many = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"
+            for path in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameters(node) > MANY_PARAMETERS]
+    assert len(many) <= AT_MOST_SO_MANY, "\n".join(many)
+
+
 def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     a = node.args
     names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]

@@ -160,13 +160,14 @@ def test_the_shipped_heads_draft_for_the_policy(cache):
     about 9 standard errors below the one and 5 above the other."""
     from bebop.data.tasks import get
     from bebop.heads.evaluate import EVAL_SEED
+    from bebop.engine import GenerationConfig
     from bebop.heads.positions import policy_positions
 
     bundle = policy.load_policy_heads(cache / policy.SMOLLM2, ["e2e_tv", "ce"], dtype=torch.float32)
     assert all(head.draft_size == 8192 for head in bundle.heads.values())
     task = get("math")
     p, qs = policy_positions(bundle.model, bundle.tokenizer, bundle.heads, task, task.sample(4, seed=EVAL_SEED),
-                             temperature=0.7, max_new_tokens=32, seed=0)
+                             GenerationConfig(max_new_tokens=32, temperature=0.7, gamma=0, seed=0))
     assert len(p) >= 60, f"only {len(p)} policy-written positions"
     for name, q in qs.items():
         alpha = torch.minimum(p, q).sum(-1)  # [N]

@@ -46,7 +46,7 @@ from bebop.engine.ragged import layout_of
 from bebop.engine.depth.rows import RowDepths, RowsConfig
 from bebop.engine.sources import Histories, by_slot, row_states, step_drafts
 from bebop.engine.retire import host_rows, retire
-from bebop.engine.step import catch_up, draft, draw_uniforms, graphed, verify_rows
+from bebop.engine.step import catch_up, compiled, draft, draw_uniforms, graphed, verify_rows
 from bebop.engine.transfer import host_copy, upload
 from bebop.models.mtp import check_head_fits
 from bebop.models.prepack import prepacked
@@ -130,7 +130,7 @@ class Engine:
         # small kernels themselves; a C++ wrapper (the same kernels) measured faster plain steps, most at batch 1,
         # and compiles no slower (docs/benchmarks.md).
         options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
-        wrap = (lambda fn: torch.compile(fn, dynamic=True, options=options)) if compile else (lambda fn: fn)
+        wrap = (lambda fn: compiled(fn, options)) if compile else (lambda fn: fn)
         # The cached forwards (prefill, step costs), compiled or not: model.forward, and the head's in its cache.
         self.target_step = wrap(model.forward)
         self.head_cache = None if mtp is None else HeadCache(model, mtp, wrap(mtp.forward_cached),

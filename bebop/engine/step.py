@@ -180,6 +180,17 @@ def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accept
     return draft_hidden, logits
 
 
+def compiled(fn, options: dict | None = None):
+    """`fn` as torch.compile graphs with symbolic sizes, sizes that happen to be equal given no shared symbol ("duck
+    shapes"): a batch of γ + 1 rows would tie the rows to the step's width, and the next batch compile again."""
+    graph = torch.compile(fn, dynamic=True, options=options)
+
+    def run(*args, **kwargs):
+        with fx_config.patch(use_duck_shape=False):
+            return graph(*args, **kwargs)
+    return run
+
+
 def graphed(fn):
     """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses.
 

@@ -1,11 +1,11 @@
 """The target and draft distributions at every position the policy wrote: what notebooks 01 and 02 inspect.
 
-The policy answers the examples by plain decoding at `temperature`, prompts in the format the jobs use (a chat
+The policy answers the examples by plain decoding at its temperature, prompts in the format the jobs use (a chat
 user turn when the tokenizer has a chat template, as `--chat-template auto`, so the positions are those `eval-mtp`
 measures); the answers are then run through the policy once
 more, teacher forced, to read at each position t whose next token the policy wrote (its input token t and its
 drafted token t + 1 both policy-written, `anchor_mask`) the target p (the backbone's next-token distribution,
-aligned by `chain_targets`) and each head's first draft step q (`MTPHead.chain`), both at `temperature`. From those,
+aligned by `chain_targets`) and each head's first draft step q (`MTPHead.chain`), both at that temperature. From those,
 α_TO = p(argmax q) and α_RS = 1 − d_TV(p, q) are exact expectations, not Monte Carlo estimates.
 """
 
@@ -27,14 +27,17 @@ from bebop.sampling import probs_from_logits
 
 
 @torch.no_grad()
-def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead], task, examples: Sequence, *,
-                     temperature: float, max_new_tokens: int, seed: int = 0, fmt: PromptFormat | None = None
+def policy_positions(model: Transformer, tokenizer, heads: Mapping[str, MTPHead], task, examples: Sequence,
+                     answers: GenerationConfig, *, fmt: PromptFormat | None = None
                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """p [N, V] and {head: q [N, V]} at the N positions whose next token the policy wrote (module docstring);
-    `fmt` None: the jobs' default format for this tokenizer."""
+    """p [N, V] and {head: q [N, V]} at the N positions whose next token the policy wrote (module docstring), the
+    policy answering as `answers` says (plain decoding: gamma 0; its temperature is also p's and q's); `fmt` None:
+    the jobs' default format for this tokenizer."""
+    if answers.gamma != 0:
+        raise ValueError(f"the policy answers by plain decoding: gamma must be 0, got {answers.gamma!r}")
     fmt = prompt_format("auto", tokenizer) if fmt is None else fmt
-    gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, gamma=0, seed=seed)
-    completions, _ = complete(Engine(model), tokenizer, task, examples, gen, prompt_format=fmt)
+    completions, _ = complete(Engine(model), tokenizer, task, examples, answers, prompt_format=fmt)
+    temperature = answers.temperature
     prompts = prompt_ids(tokenizer, examples, fmt)
     tokens, lengths = pad([p + c.tokens for p, c in zip(prompts, completions)], 0)  # [B, T]
     written, _ = pad([[0] * len(p) + [int(w) for w in c.policy] for p, c in zip(prompts, completions)], 0)  # [B, T]
