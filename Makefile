@@ -56,7 +56,8 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.bebop-installed
 # --no-compile: CI installs this venv beside `make test`, and byte-compiling vLLM's and torch's files there takes
 # CPU from the suite (the modules a test imports are compiled then, once).
-$(VLLM_STAMP): pyproject.toml
+# The Makefile too: the test tools below are listed here (a venv made before pytest-xdist joined them lacked it).
+$(VLLM_STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q --no-compile torch==2.13.0
