@@ -12,7 +12,9 @@ import torch.distributed as dist
 
 from bebop import distributed
 
-TIMEOUT_S, WORK_S = 2, 6
+# The timeout also bounds the ranks' joining in init_process_group: 2 s failed a loaded CI-like run (3 test workers on
+# 2 cores) before rank 0's work began, so the test tested nothing of `wait`.
+TIMEOUT_S, WORK_S = 5, 12
 
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
 wait = datetime.timedelta(seconds=60) if sys.argv[1] == "wait" else None
