@@ -139,19 +139,22 @@ def _code_text(path: Path) -> str:
 MAX_PARAMETERS = 10  # a function's, self and cls aside: past it, the caller is handing in a world, not arguments
 
 
-def test_files_and_functions_stay_readable():
-    too_long = []
+def functions():
+    """(where, node) for every function of the package: "bebop/x.py:LINE name"."""
     for path in sorted(PACKAGE.rglob("*.py")):
-        text = path.read_text()
-        if len(text.splitlines()) > 400:
-            too_long.append(f"{path.relative_to(PACKAGE.parent)}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
-                too_long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: "
-                                f"{node.end_lineno - node.lineno + 1} lines")
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameters(node) > MAX_PARAMETERS:
-                too_long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: "
-                                f"{parameters(node)} parameters")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}", node
+
+
+def test_files_and_functions_stay_readable():
+    too_long = [f"{path.relative_to(PACKAGE.parent)}: {n} lines" for path in sorted(PACKAGE.rglob("*.py"))
+                if (n := len(path.read_text().splitlines())) > 400]
+    for where, node in functions():
+        if node.end_lineno - node.lineno >= 60:
+            too_long.append(f"{where}: {node.end_lineno - node.lineno + 1} lines")
+        if parameters(node) > MAX_PARAMETERS:
+            too_long.append(f"{where}: {parameters(node)} parameters")
     assert not too_long, "\n".join(too_long)
 
 
@@ -159,9 +162,7 @@ MANY_PARAMETERS, AT_MOST_SO_MANY = 8, 11  # the fourth house step's bar (docs/ar
 
 
 def test_few_functions_take_more_than_eight_parameters():
-    many = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"
-            for path in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameters(node) > MANY_PARAMETERS]
+    many = [where for where, node in functions() if parameters(node) > MANY_PARAMETERS]
     assert len(many) <= AT_MOST_SO_MANY, "\n".join(many)
 
 

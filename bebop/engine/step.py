@@ -180,10 +180,11 @@ def catch_up(model, mtp, hidden: torch.Tensor, emitted: torch.Tensor, num_accept
     return draft_hidden, logits
 
 
-def compiled(fn, options: dict | None = None):
+def compiled(fn, options: dict | None = None, mode: str | None = None):
     """`fn` as torch.compile graphs with symbolic sizes, sizes that happen to be equal given no shared symbol ("duck
-    shapes"): a batch of γ + 1 rows would tie the rows to the step's width, and the next batch compile again."""
-    graph = torch.compile(fn, dynamic=True, options=options)
+    shapes"): a row count equal to the kv heads or to the step's width (γ + 1) would tie the two, then fix both, and
+    the next batch would compile again."""
+    graph = torch.compile(fn, dynamic=True, options=options, mode=mode)
 
     def run(*args, **kwargs):
         with fx_config.patch(use_duck_shape=False):
@@ -194,14 +195,12 @@ def compiled(fn, options: dict | None = None):
 def graphed(fn):
     """`fn` compiled into CUDA graphs, its outputs cloned out of the graphs' memory, which the next replay reuses.
 
-    Compiled under two settings that keep the graphs to one per phase and sampling setting (tests/test_cuda_wiring):
-    Python floats (temperature, top-p) are compiled in as constants, one graph per value (left symbolic, each would
-    enter the graph as a CPU scalar tensor, and inductor does not replay a graph with a CPU input as a CUDA graph);
-    and sizes that happen to be equal get no shared symbol ("duck shapes"): a row bucket equal to the kv heads or
-    to the step's width would tie the two, then fix both, and the next bucket would compile again."""
-    compiled = torch.compile(fn, dynamic=True, mode="reduce-overhead")
+    `compiled`'s graphs (no duck shapes), with Python floats (temperature, top-p) compiled in as constants, which
+    keeps the graphs to one per phase and sampling setting (tests/test_cuda_wiring): left symbolic, each would enter
+    the graph as a CPU scalar tensor, and inductor does not replay a graph with a CPU input as a CUDA graph."""
+    graph = compiled(fn, mode="reduce-overhead")
 
     def run(*args, **kwargs):
-        with torch._dynamo.config.patch(specialize_float=True), fx_config.patch(use_duck_shape=False):
-            return tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+        with torch._dynamo.config.patch(specialize_float=True):
+            return tree_map_only(torch.Tensor, torch.clone, graph(*args, **kwargs))
     return run
