@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bebop-installed
 
-.PHONY: setup setup-vllm demo test test-avx2 test-vllm bench docs docs-images clean
+.PHONY: setup setup-vllm demo test test-compiled test-avx2 test-vllm bench docs docs-images clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,10 +25,18 @@ demo: $(STAMP)
 # --dist loadgroup: pytest 9 ignores the group suffix pytest-xdist 3.8 writes into node ids.) Each test has a timeout
 # (pyproject.toml); a worker ended by its last-resort backstop is not replaced, since under --dist loadfile
 # pytest-xdist 3.8 hands the new worker the same test again. The 15 slowest are printed: the suite must stay under
-# 15 minutes on 2 cores.
+# 15 minutes on 2 cores. The tests that compile the engine (marker compile) are `make test-compiled`'s.
 test: $(STAMP)
 	BEBOP_NOTEBOOK_HTML=docs/notebooks $(BIN)/python -m pytest -q -rs -n auto --dist loadfile --max-worker-restart 0 \
-		--durations=15
+		-m "not compile" --durations=15
+
+# The compiled engine (`Engine(compile=True)`, `--compile`) against the eager one: torch.compile builds each step
+# phase's graphs from an empty cache, 3-5 minutes a test on 2 cores (most of it tracing and code generation, not the
+# C++ compiler), a third of the suite's CPU time for two tests. CI runs them after `make test`; a test keeps this list
+# of modules whole (tests/test_layout.py).
+test-compiled: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -n auto --dist loadfile -m compile --durations=5 tests/test_engine.py \
+		tests/test_draft_vocab.py
 
 # The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html, and the README's
 # picture taken afresh from a new `bebop demo` into artifacts/readme/ (scripts/readme-picture). Both folders are

@@ -19,16 +19,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+MAKE_TEST_MARKS = "not compile"  # the -m of `make test`
 README = REPO / "README.md"
 COUNT = re.compile(r"the test suite CI runs: (\d[\d,]*) tests")
 README_LINES = 250  # a newcomer's page: the measurements live in docs/
 
 
 def whole_suite(config: pytest.Config) -> bool:
-    """Whether this session collected every test under tests/ (no paths below it, no -k, -m or --deselect)."""
+    """Whether this session collected every test under tests/ that `make test` runs (no paths below it, no -k or
+    --deselect, no -m but `make test`'s own, which leaves the compiled engine's tests to `make test-compiled`)."""
     start = config.invocation_params.dir
     paths = {(start / arg.split("::")[0]).resolve() for arg in config.args}
-    return (paths == {REPO / "tests"} and not config.option.keyword and not config.option.markexpr
+    return (paths == {REPO / "tests"} and not config.option.keyword and config.option.markexpr in ("", MAKE_TEST_MARKS)
             and not config.getoption("deselect", None))
 
 
@@ -40,6 +42,17 @@ def test_the_readme_states_the_number_of_tests_the_suite_collects(request: pytes
     collected = len(request.session.items)
     assert int(stated.group(1).replace(",", "")) == collected, (
         f"README.md says {stated.group(1)} tests; the suite collects {collected}: write {collected}")
+
+
+def test_make_test_leaves_the_compile_marked_tests_to_make_test_compiled_which_runs_them_all():
+    """`make test` deselects the compile marker and `make test-compiled` selects it in the modules it names: a module
+    that gains a compile-marked test must be named there, or no make target (and so no CI step) would run it."""
+    test, compiled = " ".join(make_recipe("test")), " ".join(make_recipe("test-compiled"))
+    assert f'-m "{MAKE_TEST_MARKS}"' in test and "-m compile" in compiled, (test, compiled)
+    marked = {p.name for p in (REPO / "tests").glob("test_*.py") if re.search(r"@pytest\.mark\.compile\b", p.read_text())}
+    named = {word.split("/")[-1] for word in compiled.split() if word.startswith("tests/")}
+    assert marked and marked == named, (sorted(marked), sorted(named))
+    assert "make test-compiled" in (REPO / ".ci" / "run").read_text()
 
 
 def test_the_readme_is_a_newcomers_page_whose_links_resolve():
@@ -62,10 +75,10 @@ def test_every_docs_page_links_only_to_files_that_exist():
         assert not missing, f"{page.name} links to files that do not exist: {missing}"
 
 
-def docs_recipe() -> list[str]:
-    """The commands of the Makefile's `docs` target."""
+def make_recipe(target: str) -> list[str]:
+    """The lines of a Makefile target's recipe."""
     lines = (REPO / "Makefile").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("docs:"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
     recipe = []
     for line in lines[start + 1:]:
         if not line.startswith("\t"):
@@ -76,7 +89,7 @@ def docs_recipe() -> list[str]:
 
 def test_make_docs_writes_only_paths_git_ignores():
     """`make docs` must leave `git status` clean: no copy over a tracked file, and every output folder ignored."""
-    recipe = docs_recipe()
+    recipe = make_recipe("docs")
     assert recipe, "the Makefile has no docs recipe"
     assert not [c for c in recipe if re.search(r"(^|\s)(cp|mv|tee)\s|>", c)], f"docs writes a file by hand: {recipe}"
     outputs = [m.group(1) for c in recipe for m in re.finditer(r"BEBOP_NOTEBOOK_HTML=(\S+)", c)]

@@ -251,7 +251,7 @@ def test_the_first_three_tokens_through_a_head_over_s_follow_the_target_exactly(
         assert 0.05 < rollout.stats["spec/acceptance_rate"] < 0.95
 
 
-@pytest.mark.slow  # compiles every phase of a step: minutes on 2 cores from an empty compile cache
+@pytest.mark.compile  # `make test-compiled`: every phase of a step, minutes on 2 cores from an empty cache
 def test_the_compiled_engine_drafts_over_s_as_the_eager_one_does():
     model, head, prompt, _ = _near_pair_over_s()
     prompts = [prompt, [3], [0, 4, 2]]

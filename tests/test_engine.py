@@ -188,6 +188,7 @@ def test_stop_tokens_budget_and_origin(tiny_pair):
 
 
 @pytest.mark.slow
+@pytest.mark.compile  # `make test-compiled`: minutes to compile from an empty cache on 2 cores
 def test_compiled_engine_computes_what_the_eager_one_does():
     """compile=True changes how the steps run, not what they compute: the compiled target forward gives eager
     hidden states; at temperature 0 the compiled engine emits eager plain decoding's tokens (ragged prompts, plain and
