@@ -96,7 +96,17 @@ def test_sigterm_marks_the_run_interrupted_and_says_how_to_resume_it(tmp_path):
     assert meta["config"]["steps"] == 4 and meta["resumes"][-1]["changed"] == {"steps": [40, 4]}
 
 
-def test_a_checkpoint_being_written_is_finished_before_ctrl_c_stops_the_run():
+@pytest.fixture
+def sigint(request: pytest.FixtureRequest):
+    """SIGINT handled as `request.param` for the test, whatever the test process was started with (a shell script
+    starts a background job with SIGINT ignored), and the process's own handler put back after."""
+    before = signal.signal(signal.SIGINT, request.param)
+    yield request.param
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("sigint", [signal.default_int_handler], ids=["handled"], indirect=True)
+def test_a_checkpoint_being_written_is_finished_before_ctrl_c_stops_the_run(sigint):
     """`uninterrupted` holds SIGINT and SIGTERM until its block is done, then raises KeyboardInterrupt."""
     from bebop.runlog.session import uninterrupted
 
@@ -106,4 +116,20 @@ def test_a_checkpoint_being_written_is_finished_before_ctrl_c_stops_the_run():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # a signal arrives between bytecodes: the block goes on
             done.append("written")
-    assert done == ["written"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert done == ["written"] and signal.getsignal(signal.SIGINT) is sigint
+
+
+@pytest.mark.parametrize("sigint", [signal.SIG_IGN], ids=["ignored"], indirect=True)
+def test_a_job_that_ignores_ctrl_c_is_not_stopped_by_it_while_it_writes(sigint):
+    """A process started ignoring SIGINT (in the background by a script, or under nohup) goes on ignoring it."""
+    from bebop.runlog.session import uninterrupted
+
+    done = []
+    try:
+        with uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("written")
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C the process ignores stopped it once its block was written")
+    assert done == ["written"] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN

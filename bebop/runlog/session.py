@@ -175,13 +175,14 @@ def check_same_policy(run_dir: Path, policy: Mapping | None) -> None:
 @contextmanager
 def uninterrupted() -> Iterator[None]:
     """Ctrl-C and SIGTERM held while the block writes, then raised: a checkpoint is written whole or not begun. In
-    the main thread only (where signals arrive); elsewhere the block runs as is."""
+    the main thread only (where signals arrive); elsewhere the block runs as is. A signal the process ignores stays
+    ignored (a job started in the background by a script, or under nohup, ignores Ctrl-C: it must not stop it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     held: list[int] = []
     before = {sig: signal.signal(sig, lambda number, _frame: held.append(number))
-              for sig in (signal.SIGINT, signal.SIGTERM)}
+              for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
