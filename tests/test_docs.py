@@ -49,7 +49,8 @@ def test_make_test_leaves_the_compile_marked_tests_to_make_test_compiled_which_r
     that gains a compile-marked test must be named there, or no make target (and so no CI step) would run it."""
     test, compiled = " ".join(make_recipe("test")), " ".join(make_recipe("test-compiled"))
     assert f'-m "{MAKE_TEST_MARKS}"' in test and "-m compile" in compiled, (test, compiled)
-    marked = {p.name for p in (REPO / "tests").glob("test_*.py") if re.search(r"@pytest\.mark\.compile\b", p.read_text())}
+    marked = {p.name for p in (REPO / "tests").glob("test_*.py")
+              if re.search(r"@pytest\.mark\.compile\b", p.read_text())}
     named = {word.split("/")[-1] for word in compiled.split() if word.startswith("tests/")}
     assert marked and marked == named, (sorted(marked), sorted(named))
     assert "make test-compiled" in (REPO / ".ci" / "run").read_text()
