@@ -32,7 +32,7 @@ test: $(STAMP)
 
 # The compiled engine (`Engine(compile=True)`, `--compile`) against the eager one: torch.compile builds each step
 # phase's graphs from an empty cache, 3-5 minutes a test on 2 cores (most of it tracing and code generation, not the
-# C++ compiler), a third of the suite's CPU time for two tests. CI runs them after `make test`; a test keeps this list
+# C++ compiler), a quarter of the suite's CPU time for two tests. CI runs them after `make test`; a test keeps this list
 # of modules whole (tests/test_docs.py).
 test-compiled: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -n auto --dist loadfile -m compile --durations=5 tests/test_engine.py \

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from suite_files import make_recipe, marked_modules
 
 REPO = Path(__file__).resolve().parents[1]
 MAKE_TEST_MARKS = "not compile"  # the -m of `make test`
@@ -49,8 +50,7 @@ def test_make_test_leaves_the_compile_marked_tests_to_make_test_compiled_which_r
     that gains a compile-marked test must be named there, or no make target (and so no CI step) would run it."""
     test, compiled = " ".join(make_recipe("test")), " ".join(make_recipe("test-compiled"))
     assert f'-m "{MAKE_TEST_MARKS}"' in test and "-m compile" in compiled, (test, compiled)
-    marked = {p.name for p in (REPO / "tests").glob("test_*.py")
-              if re.search(r"@pytest\.mark\.compile\b", p.read_text())}
+    marked = marked_modules("compile")
     named = {word.split("/")[-1] for word in compiled.split() if word.startswith("tests/")}
     assert marked and marked == named, (sorted(marked), sorted(named))
     assert "make test-compiled" in (REPO / ".ci" / "run").read_text()
@@ -74,18 +74,6 @@ def test_every_docs_page_links_only_to_files_that_exist():
         targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
         missing = [t for t in targets if not re.match(r"[a-z]+://", t) and not (page.parent / t).exists()]
         assert not missing, f"{page.name} links to files that do not exist: {missing}"
-
-
-def make_recipe(target: str) -> list[str]:
-    """The lines of a Makefile target's recipe."""
-    lines = (REPO / "Makefile").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
-    recipe = []
-    for line in lines[start + 1:]:
-        if not line.startswith("\t"):
-            break
-        recipe.append(line.strip())
-    return recipe
 
 
 def test_make_docs_writes_only_paths_git_ignores():

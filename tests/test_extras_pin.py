@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from suite_files import make_recipe, marked_modules
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -34,8 +35,7 @@ def test_an_unpinned_extra_fails_the_check():
 
 def test_every_vllm_marked_test_lives_where_make_test_vllm_collects():
     """`make test-vllm` collects only tests/test_vllm_*.py: a vLLM test written in another module would never run."""
-    tests = PYPROJECT.parent / "tests"
-    marked = {p.name for p in tests.glob("test_*.py") if "mark.vllm" in p.read_text() and p.name != Path(__file__).name}
+    marked = marked_modules("vllm")
     assert marked and all(name.startswith("test_vllm_") for name in marked), sorted(marked)
-    recipe = (PYPROJECT.parent / "Makefile").read_text().split("\ntest-vllm:")[1].split("\n\n")[0]
+    recipe = " ".join(make_recipe("test-vllm"))
     assert "tests/test_vllm_*.py" in recipe, recipe

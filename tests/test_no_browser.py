@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from suite_files import marked_modules
 
 from bebop.plots import notebook
 
@@ -144,6 +145,6 @@ def test_with_a_browser_every_figure_is_a_png(monkeypatch):
 def test_ci_runs_every_browser_marked_module_once_it_has_a_browser():
     """.ci/run's second step names the browser-marked modules instead of collecting the whole suite again: a module
     that gains a browser test must be named there, or CI would never run that test with a browser."""
-    marked = {path.name for path in (REPO / "tests").glob("test_*.py") if "pytest.mark.browser" in path.read_text()}
+    marked = marked_modules("browser")
     step = next(line for line in (REPO / ".ci" / "run").read_text().splitlines() if "-m browser" in line)
     assert marked and marked == {word.split("/")[-1] for word in step.split() if word.startswith("tests/")}, step
