@@ -238,6 +238,28 @@ def test_kvcache_api():
         KVCache(1, 1, 1, 0, 8)
 
 
+def test_keep_moves_only_the_rows_that_move_through_the_slots_they_wrote_in_place():
+    """A retirement compacts in place: row i of the kept cache is row rows[i] through slot `through` - 1, a row that
+    stays where it was is not rewritten, and no new buffer is made (a new cache per retirement copied every row's
+    every slot)."""
+    cache = KVCache(2, 5, 2, 10, 4)
+    cache.k.normal_(), cache.v.normal_()
+    cache.lengths.copy_(torch.tensor([3, 4, 5, 6, 7]))
+    k, v, storage = cache.k.clone(), cache.v.clone(), cache.k.untyped_storage().data_ptr()
+    cache.keep([0, 2, 4], through=8)
+    assert cache.batch == 3 and cache.lengths.tolist() == [3, 5, 7]
+    assert cache.k.untyped_storage().data_ptr() == storage
+    for new, old in enumerate([0, 2, 4]):
+        assert torch.equal(cache.k[:, new, :, :8], k[:, old, :, :8]) and torch.equal(cache.v[:, new, :, :8], v[:, old, :, :8])
+    assert torch.equal(cache.k[:, 1, :, 8:], k[:, 1, :, 8:])  # past `through`: left as it was (stale, never read)
+    moved = cache.k[:, 2].clone()
+    cache.keep(torch.tensor([2, 0]))  # by default every slot; any order
+    assert torch.equal(cache.k[:, 0], moved) and torch.equal(cache.k[:, 1], k[:, 0]) and cache.lengths.tolist() == [7, 3]
+    for rows, match in (([0, 0], "distinct"), ([0, 1, 2], "at most 2")):
+        with pytest.raises(ValueError, match=match):
+            cache.keep(rows)
+
+
 @pytest.mark.parametrize("change, match", [
     (dict(hidden_size=0), "hidden_size"),
     (dict(num_attention_heads=3), "multiple"),

@@ -71,3 +71,17 @@ def test_the_gap_terms_add_up_to_the_gap():
     means = mean_phases(spec)
     assert means["step"] == pytest.approx(sum(x["seconds"] for x in spec) / len(spec))
     assert set(FORWARD_PHASES) <= set(PHASES)
+
+
+def test_the_rows_out_cut_times_the_same_compaction_both_ways(pair):
+    """`bench step --cuts`' "rows out": after (in place) leaves the survivors' written slots as before (a new cache)
+    makes them."""
+    from bebop.commands.bench.cuts import compaction_cells
+
+    cells = compaction_cells(pair[0], batch=5, context=6, max_len=10)
+    with torch.inference_mode():  # as time_cuts calls them
+        before = cells[("rows out", "before")]()
+        after = cells[("rows out", "after")]()
+    assert after[0].shape[1] == 4 and torch.equal(after[2], before[2])
+    for new, old in zip(after[:2], before[:2]):
+        assert torch.equal(new[..., :6, :], old[..., :6, :])

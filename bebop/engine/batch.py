@@ -35,10 +35,12 @@ class Batch:
     def capacity(self) -> int:
         return self.pending.shape[0]
 
-    def keep(self, buckets: Buckets, pool: CachePool | None, owners: tuple, keep: list[int]) -> torch.Tensor | None:
+    def keep(self, buckets: Buckets, pool: CachePool | None, owners: tuple, keep: list[int],
+             through: int | None = None) -> torch.Tensor | None:
         """Keep the active rows `keep` (indices into `rows`). The others become padding, unless the survivors fit a
         smaller capacity: then the batch is compacted (into `pool`'s caches, if any; `owners` = (model, head)) and
-        the tensor rows it kept ([P'] long, for the step's other tensors) are returned; else None."""
+        the tensor rows it kept ([P'] long, for the step's other tensors) are returned; else None. `through`: the
+        cache slots any row has written (this step's included), which compaction moves; by default all."""
         slots = [self.slots[i] for i in keep]
         self.rows, self.lengths = [self.rows[i] for i in keep], [self.lengths[i] for i in keep]
         capacity = buckets.capacity(len(keep))
@@ -50,17 +52,18 @@ class Batch:
         index = upload(slots + padding, self.pending.device)  # [P']
         self.slots = list(range(len(slots)))
         self.pending = self.pending[index]
-        self.cache = _compact(pool, owners[0], self.cache, index)
+        self.cache = _compact(pool, owners[0], self.cache, index, slots + padding, through)
         if self.draft_cache is not None:
-            self.draft_cache = _compact(pool, owners[1], self.draft_cache, index)
+            self.draft_cache = _compact(pool, owners[1], self.draft_cache, index, slots + padding, through)
             self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
             self.head_lag = [(hidden[index], tokens[index]) for hidden, tokens in self.head_lag]
         return index
 
 
-def _compact(pool: CachePool | None, owner: torch.nn.Module, cache: KVCache, index: torch.Tensor) -> KVCache:
+def _compact(pool: CachePool | None, owner: torch.nn.Module, cache: KVCache, index: torch.Tensor, order: list[int],
+             through: int | None) -> KVCache:
     if pool is None:
-        cache.keep(index)
+        cache.keep(order, through)
         return cache
     out = pool.get(owner, index.numel(), cache.max_len)
     cache.copy_rows_to(index, out)

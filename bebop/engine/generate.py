@@ -335,7 +335,7 @@ class Engine:
         tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
-            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep)
+            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep, through=kv_len)
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))

@@ -42,7 +42,7 @@ class KVCache:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"KVCache {name} must be a positive int, got {value!r}")
         shape = (num_layers, batch, num_kv_heads, max_len, head_dim)
-        # One tensor for all layers, so keep() is one index_select instead of one per layer.
+        # One tensor for all layers, so keep() moves a row through every layer in one copy.
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, Hkv, max_len, D]
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, Hkv, max_len, D]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
@@ -64,14 +64,26 @@ class KVCache:
     def dtype(self) -> torch.dtype:
         return self.k.dtype
 
-    def keep(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` (a [B'] long tensor of row indices), in that order: finished rows leave the batch."""
-        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
-        if rows.dim() != 1:
-            raise ValueError(f"rows must be a 1-D tensor of row indices, got shape {tuple(rows.shape)}")
-        self.k = self.k.index_select(1, rows)
-        self.v = self.v.index_select(1, rows)
-        self.lengths = self.lengths.index_select(0, rows)
+    def keep(self, rows: torch.Tensor | list[int], through: int | None = None) -> None:
+        """Keep only `rows` (distinct row indices, [B'] long or a host list), in that order: finished rows leave the
+        batch. The kept rows move down in place through slot `through` - 1 (the slots any of them has written; by
+        default all): a retirement copies the rows that move and the slots they use, where a new cache would copy
+        every row's every slot (at RL's batch sizes and lengths, hundreds of MB faulted in). The buffers become
+        views of their first B' rows."""
+        order = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)  # host sync (a device tensor)
+        if isinstance(rows, torch.Tensor) and rows.dim() != 1 or len(order) > self.batch:
+            raise ValueError(f"rows must be at most {self.batch} row indices in a 1-D tensor, got {rows!r}")
+        if len(set(order)) != len(order):
+            raise ValueError(f"rows must be distinct, got {order}")
+        index = torch.tensor(order, dtype=torch.long, device=self.device)
+        moved = [i for i, row in enumerate(order) if row != i]
+        if moved:
+            to, source = torch.tensor(moved, device=self.device), index[moved]
+            slots = slice(0, self.max_len if through is None else through)
+            for buffer in (self.k, self.v):  # [L, B, Hkv, max_len, D]; the right side is gathered before the write
+                buffer[:, to, :, slots] = buffer[:, source, :, slots]
+        self.k, self.v = self.k[:, : len(order)], self.v[:, : len(order)]
+        self.lengths = self.lengths.index_select(0, index)
 
     def select(self, rows: torch.Tensor) -> "KVCache":
         """A new cache holding copies of `rows` ([B'] long): work on a few rows, then `assign` them back."""

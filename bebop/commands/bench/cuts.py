@@ -9,6 +9,8 @@ after it on the same tensors, in interleaved rounds (medians of per-round ratios
                     softmaxes and q over V (before), `bebop.verify.verify_scores` on scores and q over S (after)
   ragged forward    the target forward over a rectangle of B·(γ+1) positions (before: every row at the deepest
                     depth), or over each row's own positions packed (after), half the rows at depth 0, half at γ
+  rows out          a row leaving the batch (its answer finished): the survivors copied whole into a new cache
+                    (before), or moved down in place through the slots written (after; `KVCache.keep`)
 """
 
 from __future__ import annotations
@@ -76,6 +78,25 @@ def forward_cells(model, batch: int, context: int) -> dict:
     kv = context + GAMMA + 1
     return {("ragged forward", "before"): lambda: ragged_forward(model, tokens, rectangle, cache, kv),
             ("ragged forward", "after"): lambda: ragged_forward(model, tokens, ragged, cache, kv)}
+
+
+@torch.inference_mode()
+def compaction_cells(model, batch: int, context: int, max_len: int) -> dict:
+    """{("rows out", "before" | "after"): callable}: the middle row of `batch` leaving the target's cache of `max_len`
+    slots per row, written through `context`: a new cache of the survivors, or the survivors moved down in place."""
+    cache = model.new_cache(batch, max_len)
+    cache.k.normal_(), cache.v.normal_()  # memory a running engine has touched, not zero pages
+    whole = (cache.k, cache.v, cache.lengths)
+    rows = [b for b in range(batch) if b != batch // 2]
+    index = torch.tensor(rows, device=cache.device)
+
+    def after():
+        cache.k, cache.v, cache.lengths = whole  # the same rows leave every call: the views widened again
+        cache.keep(rows, through=context)
+        return cache.k, cache.v, cache.lengths
+
+    return {("rows out", "before"): lambda: [x.index_select(1 if x.dim() > 1 else 0, index) for x in whole],
+            ("rows out", "after"): after}
 
 
 def time_cuts(cells: dict, repeats: int, calls: int = 5) -> dict:

@@ -167,7 +167,7 @@ def time_cuts_of(model, head, batch: int, args) -> dict:
     shapes (q over the head's draft vocabulary, when it has one), the ragged forward on the model itself."""
     import torch
 
-    from bebop.commands.bench.cuts import cut_cells, forward_cells, time_cuts
+    from bebop.commands.bench.cuts import GAMMA, compaction_cells, cut_cells, forward_cells, time_cuts
 
     vocab = model.config.vocab_size
     ids = getattr(head, "draft_ids", None)
@@ -176,6 +176,8 @@ def time_cuts_of(model, head, batch: int, args) -> dict:
         cells = {key: fn for key, fn in cells.items() if key[0] != "q over V"}
     if batch > 1:
         cells.update(forward_cells(model, batch, context=64 + args.new_tokens // 2))
+        cells.update(compaction_cells(model, batch, context=64 + args.new_tokens // 2,
+                                      max_len=64 + args.new_tokens + GAMMA + 1))  # a rollout's cache, half written
     return time_cuts(cells, max(args.repeats, 3))
 
 
