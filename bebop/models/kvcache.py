@@ -68,8 +68,7 @@ class KVCache:
         """Keep only `rows` (distinct row indices, [B'] long or a host list), in that order: finished rows leave the
         batch. The kept rows move down in place through slot `through` - 1 (the slots any of them has written; by
         default all): a retirement copies the rows that move and the slots they use, where a new cache would copy
-        every row's every slot (at RL's batch sizes and lengths, hundreds of MB faulted in). The buffers become
-        views of their first B' rows."""
+        every row's every slot into fresh memory. The buffers become views of their first B' rows."""
         order = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)  # host sync (a device tensor)
         if isinstance(rows, torch.Tensor) and rows.dim() != 1 or len(order) > self.batch:
             raise ValueError(f"rows must be at most {self.batch} row indices in a 1-D tensor, got {rows!r}")
