@@ -239,9 +239,9 @@ def test_kvcache_api():
 
 
 def test_keep_moves_only_the_rows_that_move_through_the_slots_they_wrote_in_place():
-    """A retirement compacts in place: row i of the kept cache is row rows[i] through slot `through` - 1, a row that
-    stays where it was is not rewritten, and no new buffer is made (a new cache per retirement copied every row's
-    every slot)."""
+    """A retirement compacts in place: row i of the kept cache is row rows[i] through slot `through` - 1, and no new
+    buffer is made (a new cache per retirement copied every row's every slot). Without `through` (the compiled
+    engine's graphs guard on strides) the buffers are new and contiguous."""
     cache = KVCache(2, 5, 2, 10, 4)
     cache.k.normal_(), cache.v.normal_()
     cache.lengths.copy_(torch.tensor([3, 4, 5, 6, 7]))
@@ -253,7 +253,8 @@ def test_keep_moves_only_the_rows_that_move_through_the_slots_they_wrote_in_plac
         assert torch.equal(cache.k[:, new, :, :8], k[:, old, :, :8]) and torch.equal(cache.v[:, new, :, :8], v[:, old, :, :8])
     assert torch.equal(cache.k[:, 1, :, 8:], k[:, 1, :, 8:])  # past `through`: left as it was (stale, never read)
     moved = cache.k[:, 2].clone()
-    cache.keep(torch.tensor([2, 0]))  # by default every slot; any order
+    cache.keep(torch.tensor([2, 0]))  # without `through`: new contiguous buffers, as compiled steps need; any order
+    assert cache.k.is_contiguous() and cache.v.is_contiguous() and cache.k.untyped_storage().data_ptr() != storage
     assert torch.equal(cache.k[:, 0], moved) and torch.equal(cache.k[:, 1], k[:, 0]) and cache.lengths.tolist() == [7, 3]
     for rows, match in (([0, 0], "distinct"), ([0, 1, 2], "at most 2")):
         with pytest.raises(ValueError, match=match):

@@ -40,7 +40,7 @@ class Batch:
         """Keep the active rows `keep` (indices into `rows`). The others become padding, unless the survivors fit a
         smaller capacity: then the batch is compacted (into `pool`'s caches, if any; `owners` = (model, head)) and
         the tensor rows it kept ([P'] long, for the step's other tensors) are returned; else None. `through`: the
-        cache slots any row has written (this step's included), which compaction moves; by default all."""
+        cache slots any row has written (this step's included), for a compaction in place (`KVCache.keep`)."""
         slots = [self.slots[i] for i in keep]
         self.rows, self.lengths = [self.rows[i] for i in keep], [self.lengths[i] for i in keep]
         capacity = buckets.capacity(len(keep))

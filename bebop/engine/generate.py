@@ -335,7 +335,9 @@ class Engine:
         tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
-            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep, through=kv_len)
+            # in place through the slots written, but for compiled graphs, which guard on the caches' strides
+            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep,
+                               through=None if self.compiled else kv_len)
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))

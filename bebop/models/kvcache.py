@@ -66,23 +66,26 @@ class KVCache:
 
     def keep(self, rows: torch.Tensor | list[int], through: int | None = None) -> None:
         """Keep only `rows` (distinct row indices, [B'] long or a host list), in that order: finished rows leave the
-        batch. The kept rows move down in place through slot `through` - 1 (the slots any of them has written; by
-        default all): a retirement copies the rows that move and the slots they use, where a new cache would copy
-        every row's every slot into fresh memory. The buffers become views of their first B' rows."""
+        batch. With `through` (the slots any kept row has written) the kept rows move down in place through slot
+        `through` - 1: a retirement copies the rows that move and the slots they use, and the buffers become views
+        of their first B' rows. Without it the rows are copied whole into new contiguous buffers, every slot: what
+        a compiled step needs, whose graphs guard on the buffers' strides (a view would compile them all again)."""
         order = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)  # host sync (a device tensor)
         if isinstance(rows, torch.Tensor) and rows.dim() != 1 or len(order) > self.batch:
             raise ValueError(f"rows must be at most {self.batch} row indices in a 1-D tensor, got {rows!r}")
         if len(set(order)) != len(order):
             raise ValueError(f"rows must be distinct, got {order}")
         index = torch.tensor(order, dtype=torch.long, device=self.device)
+        self.lengths = self.lengths.index_select(0, index)
+        if through is None:
+            self.k, self.v = self.k.index_select(1, index), self.v.index_select(1, index)
+            return
         moved = [i for i, row in enumerate(order) if row != i]
         if moved:
             to, source = torch.tensor(moved, device=self.device), index[moved]
-            slots = slice(0, self.max_len if through is None else through)
             for buffer in (self.k, self.v):  # [L, B, Hkv, max_len, D]; the right side is gathered before the write
-                buffer[:, to, :, slots] = buffer[:, source, :, slots]
+                buffer[:, to, :, :through] = buffer[:, source, :, :through]
         self.k, self.v = self.k[:, : len(order)], self.v[:, : len(order)]
-        self.lengths = self.lengths.index_select(0, index)
 
     def select(self, rows: torch.Tensor) -> "KVCache":
         """A new cache holding copies of `rows` ([B'] long): work on a few rows, then `assign` them back."""
