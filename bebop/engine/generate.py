@@ -335,9 +335,8 @@ class Engine:
         tick(clock, "retire")
         # 5. advance the survivors
         if len(keep) < len(batch.rows):
-            # in place through the slots written, but for compiled graphs, which guard on the caches' strides
-            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep,
-                               through=None if self.compiled else kv_len)
+            written = None if self.compiled else kv_len  # compiled graphs guard on strides: no in-place views
+            index = batch.keep(self.buckets, self.pool, (self.model, self.mtp), keep, through=written)
             if index is not None:
                 num_accepted, next_token, emitted, hidden = (x[index] for x in (num_accepted, next_token, emitted,
                                                                                 hidden))
