@@ -63,6 +63,7 @@ def test_tensorboard_event_files_read_back(tmp_path):
 def wandb_records(path) -> list:
     """The protobuf Records of a W&B run file: a LevelDB-style log (7-byte file header; 32 KiB blocks of chunks,
     each with a 7-byte header: crc32, length, type 1 full / 2 first / 3 middle / 4 last)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     data, block, pos, chunks, records = path.read_bytes(), 32768, 7, b"", []
@@ -71,13 +72,16 @@ def wandb_records(path) -> list:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0:
+        if kind == 0 or pos + 7 + length > len(data):  # the end, or a chunk wandb is still writing
             break
         chunks += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunks)
+            try:
+                record.ParseFromString(chunks)
+            except DecodeError:  # its bytes not all flushed yet: wandb_history reads the file again
+                break
             chunks = b""
             records.append(record)
     return records
