@@ -49,12 +49,13 @@ class Batch:
             return None
         taken = set(slots)
         padding = [s for s in range(self.capacity) if s not in taken][: capacity - len(slots)]
-        index = upload(slots + padding, self.pending.device)  # [P']
+        order = slots + padding
+        index = upload(order, self.pending.device)  # [P']
         self.slots = list(range(len(slots)))
         self.pending = self.pending[index]
-        self.cache = _compact(pool, owners[0], self.cache, index, slots + padding, through)
+        self.cache = _compact(pool, owners[0], self.cache, index, order, through)
         if self.draft_cache is not None:
-            self.draft_cache = _compact(pool, owners[1], self.draft_cache, index, slots + padding, through)
+            self.draft_cache = _compact(pool, owners[1], self.draft_cache, index, order, through)
             self.draft_logits, self.draft_hidden = self.draft_logits[index], self.draft_hidden[index]
             self.head_lag = [(hidden[index], tokens[index]) for hidden, tokens in self.head_lag]
         return index

@@ -175,9 +175,9 @@ def time_cuts_of(model, head, batch: int, args) -> dict:
     if ids is None:  # q already over V: nothing to spread
         cells = {key: fn for key, fn in cells.items() if key[0] != "q over V"}
     if batch > 1:
-        cells.update(forward_cells(model, batch, context=64 + args.new_tokens // 2))
-        cells.update(compaction_cells(model, batch, context=64 + args.new_tokens // 2,
-                                      max_len=64 + args.new_tokens + GAMMA + 1))  # a rollout's cache, half written
+        context = 64 + args.new_tokens // 2  # a rollout's cache, half written
+        cells.update(forward_cells(model, batch, context=context))
+        cells.update(compaction_cells(model, batch, context=context, max_len=64 + args.new_tokens + GAMMA + 1))
     return time_cuts(cells, max(args.repeats, 3))
 
 
