@@ -15,23 +15,31 @@ module fixtures, which pytest sets up before any function-scoped one.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections import Counter
 
 import pytest
 import torch
+from scratch import ROOT, scratch
 
 CACHES = ("HF_HOME", "BEBOP_CACHE")  # Hugging Face's hub cache; bebop's converted models (`bebop get-model`)
 
 
 def pytest_configure(config: pytest.Config):
+    # Each process (every xdist worker too) owns its scratch root, removed in pytest_unconfigure (tests/scratch.py).
+    os.environ[ROOT] = tempfile.mkdtemp(prefix="bebop-test-")
     # Before collection: huggingface_hub reads HF_HOME when test modules import it.
     for name in CACHES:  # the user's model caches are state too: a test makes what it reads
-        os.environ[name] = tempfile.mkdtemp(prefix=f"bebop-test-{name.lower()}-")
-    os.environ["BEBOP_REFERENCE_RUNS"] = tempfile.mkdtemp(prefix="bebop-test-reference-runs-")  # none shipped
+        os.environ[name] = str(scratch(f"{name.lower()}-"))
+    os.environ["BEBOP_REFERENCE_RUNS"] = str(scratch("reference-runs-"))  # none shipped
     if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core (pytest-xdist): one thread
         os.environ["OMP_NUM_THREADS"] = "1"  # each, its subprocesses' too, or two workers fight over each core
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config: pytest.Config):
+    shutil.rmtree(os.environ.pop(ROOT), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):

@@ -10,8 +10,9 @@ import functools
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch
 
 REPO = Path(__file__).resolve().parents[1]
 # name -> the CLI arguments after `python -m bebop`; `--out` / `--run-dir` is added below
@@ -26,7 +27,7 @@ COMMANDS = {
 
 @functools.cache
 def real_runs_root() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="bebop-real-runs-")) / "runs"
+    root = scratch("real-runs-") / "runs"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name, args in COMMANDS.items():
         out = ["--out" if args[0] == "rl" else "--run-dir", str(root / name)]
@@ -44,7 +45,7 @@ DEMO = ["demo", "--steps", "4", "--max-new-tokens", "24", "--threads", "1"]
 @functools.cache
 def demo_runs() -> tuple[Path, str]:
     """(the folder holding the four runs of one `bebop demo`, what it printed), made once per test process."""
-    root = Path(tempfile.mkdtemp(prefix="bebop-demo-runs-")) / "runs"
+    root = scratch("demo-runs-") / "runs"
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}  # rich wraps at the terminal's width
     done = subprocess.run([sys.executable, "-m", "bebop", *DEMO, "--out", str(root)], cwd=root.parent, env=env,
                           capture_output=True, text=True, timeout=300, check=False)

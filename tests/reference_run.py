@@ -9,8 +9,9 @@ import functools
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "standin"
@@ -22,7 +23,7 @@ COMMAND = ["rl", "--steps", "4", "--prompts", "2", "--group", "2", "--max-new-to
 @functools.cache
 def finished_run() -> Path:
     """The run directory `bebop rl` wrote, checkpoint and all (about 10 s of CPU, once)."""
-    run = Path(tempfile.mkdtemp(prefix="bebop-reference-")) / "runs" / "smollm2-like"
+    run = scratch("reference-") / "runs" / "smollm2-like"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "bebop", *COMMAND, "--out", str(run)], cwd=run.parent.parent,
                           env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -41,6 +42,6 @@ def packed_root() -> Path:
     """A folder holding the stand-in packed as NAME: what $BEBOP_REFERENCE_RUNS points at."""
     from bebop.runlog.pack import pack_run
 
-    root = Path(tempfile.mkdtemp(prefix="bebop-reference-runs-"))
+    root = scratch("reference-runs-")
     pack_run(finished_run(), NAME, command=command(), commit=COMMIT, root=root)
     return root

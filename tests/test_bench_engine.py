@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import tempfile
 
 import pytest
 import torch
@@ -149,3 +150,20 @@ def test_temperature_reaches_every_engine(tmp_path, monkeypatch):
     assert {engine for engine, _ in seen} == {"bebop", "hf"} and {t for _, t in seen} == {0.5}
     assert {r["temperature"] for r in json.loads(path.read_text()) if "temperature" in r} == {0.5}
     assert main(["bench", "engine", "--temperature", "0"]) == 2
+
+
+def test_the_files_the_peers_load_from_are_gone_when_the_bench_ends(tmp_path, monkeypatch):
+    """The peers load the model from files the bench saves (SmolLM2: 635 MB a run); left behind, a day of benches
+    and test runs filled the disk of the machine CI runs on."""
+    from bebop.commands.bench import engine as bench
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    saved = []
+    hf_models = bench._hf_models
+    monkeypatch.setattr(bench, "_hf_models", lambda model, dtype, device, workdir: saved.append(workdir) or
+                        hf_models(model, dtype, device, workdir))
+    assert main(["bench", "engine", "--models", "tiny", "--batch", "1", "--gamma", "1", "--new-tokens", "4",
+                 "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--no-compile", "--no-costs",
+                 "--json", str(tmp_path / "engine.json")]) == 0
+    assert saved and saved[0].parent == tmp_path  # the peers were given a folder, where tempfile makes them
+    assert not saved[0].exists() and not list(tmp_path.glob("bebop-bench-*"))

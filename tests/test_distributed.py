@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from scratch import scratch
 
 from bebop import distributed
 from bebop.rl.parallel import check_world, combine_records, rank_block, rank_seed
@@ -27,10 +27,12 @@ TESTS = Path(__file__).resolve().parent
 def torchrun(*args: str, wait: bool = True, timeout: float = 240):
     """`torchrun --standalone --nproc-per-node 2 ARGS` with this checkout on the path; the finished process (or the
     running Popen when wait=False)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"}
+    # its own empty directory: the job must not see the checkout's runs/ (tests/conftest.py); torchrun's own
+    # temporary files go there too, removed with the test process's scratch
+    cwd = scratch("torchrun-")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}", "TMPDIR": str(cwd)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    # its own empty directory: the job must not see the checkout's runs/ (tests/conftest.py)
-    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.mkdtemp(prefix="bebop-torchrun-"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     if not wait:
         return proc

@@ -43,3 +43,18 @@ def test_the_model_caches_are_the_sessions_own():
         path = Path(os.environ[name]).resolve()
         assert path.is_relative_to(Path(tempfile.gettempdir()).resolve()) and home not in (path, *path.parents)
     assert Path(hub.HF_HOME).resolve() == Path(os.environ["HF_HOME"]).resolve()  # set before the hub was imported
+
+
+def test_what_a_test_process_keeps_outside_tmp_path_lies_under_its_scratch_root():
+    # tests/conftest.py removes that root when the process ends; a folder made elsewhere outlives the run, and a day
+    # of runs left 10 GB in /tmp (the disk of the machine CI runs on filled up).
+    root = Path(os.environ["BEBOP_TEST_SCRATCH"]).resolve()
+    for name in ("HF_HOME", "BEBOP_CACHE", "BEBOP_REFERENCE_RUNS"):
+        assert Path(os.environ[name]).resolve().is_relative_to(root), name
+    offenders = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in {"mkdtemp", "mkstemp"} \
+                    and path.name not in {"scratch.py", "conftest.py"}:  # the two that make the root and its folders
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, f"made outside the scratch root (use tests/scratch.py): {offenders}"

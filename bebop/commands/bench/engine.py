@@ -191,6 +191,12 @@ def _hf_generate(target, prompts: torch.Tensor, mask: torch.Tensor, new_tokens: 
 def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> list[dict]:
     """The records of one model: the shape `name` as a self-draft pair, or the (target, draft) `pair` given (a head or
     prompt lookup; `tokenizer` formats --task prompts)."""
+    # The peers load the model from files saved here (SmolLM2 in fp32: hundreds of MB a run), gone when it ends.
+    with tempfile.TemporaryDirectory(prefix="bebop-bench-") as workdir:
+        return _bench_model(name, args, pair, tokenizer, Path(workdir))
+
+
+def _bench_model(name: str, args, pair: tuple | None, tokenizer, workdir: Path) -> list[dict]:
     device, dtype = device_and_dtype(args)
     model, head = (m.to(device=device, dtype=dtype) for m in pair or self_draft_pair(MODELS[name](), seed=0))
     config = model.config
@@ -200,7 +206,6 @@ def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> l
     new_tokens = args.small_new_tokens if name in LARGE_VOCAB else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
-    workdir = Path(tempfile.mkdtemp(prefix="bebop-bench-"))
     hf = None if args.no_hf or "hf" not in args.peers else _hf_models(model, dtype, device, workdir)
     served = _vllm_engine(model, dtype, workdir) if "vllm" in args.peers else None
     for batch in args.batch:
