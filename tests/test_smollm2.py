@@ -156,8 +156,9 @@ def test_the_shipped_heads_draft_for_the_policy(cache):
     policy writes on held-out prompts: their exact first-step RS acceptance E[Σ min(p, q)] is far above what a
     defect in how heads are trained, saved or loaded leaves (a misread d2t, the wrong LM-head rows or a stale head
     accept near 0). On these 4 held-out prompts (124 positions at T = 0.7) the shipped heads measured 0.65 (e2e_tv;
-    0.68 for the e2e_tv head it replaced on 2026-12-06) and 0.63 (ce), with a standard error of 0.03, and the heads
-    shipped until 2026-12-05 0.21 and 0.15: 0.35 sits about 9 standard errors below the one and 5 above the other."""
+    0.68 for the e2e_tv head it replaced on 2026-12-06) and 0.60 (ce; 0.63 for the one it replaced on 2026-12-07),
+    with a standard error of 0.03, and the heads shipped until 2026-12-05 0.21 and 0.15: 0.35 sits about 8 standard
+    errors below the lower and 5 above the other."""
     from bebop.data.tasks import get
     from bebop.heads.evaluate import EVAL_SEED
     from bebop.engine import GenerationConfig
