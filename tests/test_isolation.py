@@ -24,14 +24,18 @@ def test_each_test_starts_in_an_empty_directory_of_its_own(leave: str):
     (cwd / leave).mkdir()  # what the next test must not see
 
 
-def test_no_subprocess_runs_in_the_checkout():
-    # A job started in the checkout reads its runs/ and caches: the state these tests must not depend on.
-    offenders = []
+def module_nodes():
+    """(file name, AST node) of every node in the test modules."""
     for path in sorted((REPO / "tests").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.keyword) and node.arg == "cwd" and isinstance(node.value, ast.Name) \
-                    and node.value.id in {"REPO", "ROOT"}:
-                offenders.append(f"{path.name}:{node.value.lineno}")
+            yield path.name, node
+
+
+def test_no_subprocess_runs_in_the_checkout():
+    # A job started in the checkout reads its runs/ and caches: the state these tests must not depend on.
+    offenders = [f"{name}:{node.value.lineno}" for name, node in module_nodes()
+                 if isinstance(node, ast.keyword) and node.arg == "cwd" and isinstance(node.value, ast.Name)
+                 and node.value.id in {"REPO", "ROOT"}]
     assert not offenders, offenders
 
 
@@ -51,10 +55,7 @@ def test_what_a_test_process_keeps_outside_tmp_path_lies_under_its_scratch_root(
     root = Path(os.environ["BEBOP_TEST_SCRATCH"]).resolve()
     for name in ("HF_HOME", "BEBOP_CACHE", "BEBOP_REFERENCE_RUNS"):
         assert Path(os.environ[name]).resolve().is_relative_to(root), name
-    offenders = []
-    for path in sorted((REPO / "tests").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in {"mkdtemp", "mkstemp"} \
-                    and path.name not in {"scratch.py", "conftest.py"}:  # the two that make the root and its folders
-                offenders.append(f"{path.name}:{node.lineno}")
+    offenders = [f"{name}:{node.lineno}" for name, node in module_nodes()
+                 if isinstance(node, ast.Attribute) and node.attr in {"mkdtemp", "mkstemp"}
+                 and name not in {"scratch.py", "conftest.py"}]  # the two that make the root and its folders
     assert not offenders, f"made outside the scratch root (use tests/scratch.py): {offenders}"
