@@ -242,25 +242,48 @@ def test_the_reference_run_section_reads_the_shipped_runs(stem, shipped, tmp_pat
     assert "made by `bebop rl " in text and f"git checkout {COMMIT}" in text and "scripts/pack-reference-run " in text
 
 
-@pytest.mark.parametrize("shipped", [True, False], ids=["shipped", "none-shipped"])
-def test_notebook_02_reads_rs_against_to_from_the_reference_runs(shipped, tmp_path, monkeypatch):
-    """Notebook 02 ends with finding 2 over a real GRPO run: for each shipped reference run, its head's RS and TO
-    slopes over the steps and their ratio with an interval (`rule_slope_ratio`), read and reported, never raised."""
-    from reference_run import NAME, packed_root
+def last_section_markdown(stem: str, heading: str, shipped: bool, tmp_path, monkeypatch) -> str:
+    """The markdown that a notebook's last section (its heading checked) writes when run on its own, over the test
+    reference run or over none."""
+    from reference_run import packed_root
 
     monkeypatch.setenv("BEBOP_REFERENCE_RUNS", str(packed_root() if shipped else tmp_path / "none"))
-    nb = nbformat.read(NOTEBOOK_DIR / "02_rejection_vs_greedy.ipynb", as_version=4)
+    nb = nbformat.read(NOTEBOOK_DIR / f"{stem}.ipynb", as_version=4)
     start = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## ")][-1]
-    assert nb.cells[start].source.startswith("## 5. RS against TO along a real GRPO run (the reference runs)")
+    assert nb.cells[start].source.startswith(heading)
     nb.cells = nb.cells[start:]
     notebook_client(nb, 300, resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
-    if not shipped:
-        assert markdown.startswith("**No reference run is shipped with this bebop**")
-        return
-    assert f"{NAME} (head " in markdown and "RS's slope over the RL steps is flatter than TO's" in markdown
-    assert "ratio" in markdown and "accept length per nat" in markdown
+    assert shipped or markdown.startswith("**No reference run is shipped with this bebop**")
+    return markdown
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["shipped", "none-shipped"])
+def test_notebook_02_reads_rs_against_to_from_the_reference_runs(shipped, tmp_path, monkeypatch):
+    """Notebook 02 ends with finding 2 over a real GRPO run: for each shipped reference run, its head's RS and TO
+    slopes over the steps and their ratio with an interval (`rule_slope_ratio`), read and reported, never raised."""
+    from reference_run import NAME
+
+    markdown = last_section_markdown("02_rejection_vs_greedy", "## 5. RS against TO along a real GRPO run (the "
+                                     "reference runs)", shipped, tmp_path, monkeypatch)
+    if shipped:
+        assert f"{NAME} (head " in markdown and "RS's slope over the RL steps is flatter than TO's" in markdown
+        assert "ratio" in markdown and "accept length per nat" in markdown
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["shipped", "none-shipped"])
+def test_notebook_03_reads_tv_against_ce_from_the_reference_runs(shipped, tmp_path, monkeypatch):
+    """Notebook 03 ends with finding 3 over a real GRPO run: for each shipped reference run that scored the CE head
+    beside its e2e TV rollout head, the two heads under RS compared along the steps with paired intervals
+    (`paired_slopes`), read and reported, never raised."""
+    from reference_run import NAME
+
+    markdown = last_section_markdown("03_tv_loss", "## 5. TV against CE along a real GRPO run (the reference runs)",
+                                     shipped, tmp_path, monkeypatch)
+    if shipped:
+        assert f"{NAME}: under RS the e2e TV head's line over the RL steps is flatter" in markdown
+        assert "TV - CE accept length" in markdown and "accept length per nat" in markdown
 
 
 def render_html(nb) -> str:

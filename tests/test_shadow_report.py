@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bebop import plots
-from bebop.rl.shadow_report import rule_slope_ratio, shadow_points, shadow_summary
+from bebop.rl.shadow_report import paired_slopes, rule_slope_ratio, shadow_points, shadow_summary
 from bebop.rl.shadow_score import counters_record, expected_counters
 from bebop.runlog import RunWriter
 
@@ -85,5 +85,21 @@ def test_rs_over_to_slope_ratio_with_a_paired_interval():
     assert got["steps"] == 30 and got["entropy_min"] == pytest.approx(0.1)
     flat = rule_slope_ratio(frame, head="e2e_tv")
     assert flat["ratio_lo"] < 0 < flat["ratio_hi"] and abs(flat["ratio"]) < 0.05
-    with pytest.raises(ValueError, match="not scored under both rules"):
+    with pytest.raises(ValueError, match="not scored under TO"):
         rule_slope_ratio(frame[frame["rule"] == "rs"], head="e2e_tv")
+
+
+def test_two_heads_under_rs_compared_along_the_steps_with_paired_intervals():
+    """Finding 3 along a run: a CE head 0.3 below the TV head and falling 0.8 per nat under RS where the TV head is
+    flat; the slope and level differences come out inside their intervals, which exclude 0, and a head compared
+    with itself differs by exactly 0."""
+    frame = law_stream(steps=30)
+    rs = frame[frame["rule"] == "rs"]
+    ce = rs.assign(head="ce", accept_length=rs["accept_length"] - 0.3 - 0.8 * (rs["entropy_mean"] - 0.1))
+    both = pd.concat([frame, ce])
+    got = paired_slopes(both, ("e2e_tv", "rs"), ("ce", "rs"))
+    assert got["slope_diff"] == pytest.approx(got["a_slope"] - got["b_slope"])
+    assert got["slope_diff_lo"] < 0.8 < got["slope_diff_hi"] and got["slope_diff_lo"] > 0.6
+    assert got["level_diff_lo"] < 0.3 + 0.8 * 0.25 < got["level_diff_hi"] and got["level_diff_lo"] > 0.4
+    same = paired_slopes(both, ("ce", "rs"), ("ce", "rs"))
+    assert same["slope_diff"] == same["slope_diff_lo"] == same["slope_diff_hi"] == 0 and same["ratio"] == 1

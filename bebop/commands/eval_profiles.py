@@ -7,9 +7,10 @@ A profile fills the options left at their defaults; any option given on the comm
 math task's (drawn with the eval seed, disjoint from the heads' training prompts) and bebop's HumanEval-layout code
 sample, which the heads never saw; γ = 3 at T = 0.3-1.0, the temperatures that put SmolLM2's drafted positions at
 0.08-2.8 nats (measured), where its heads were trained (T = 0.7) and its RL runs live (the reference runs: 0.01-2
-nats at the drafted positions). Above T = 1 its entropy runs off toward the uniform distribution over 49,152 ids
-(6 nats at T = 1.3, 8-10 at T = 1.5-2), where acceptance says nothing of the law. eval-mtp fits the law per task:
-the heads accept little of the code at any entropy, so a line through both tasks would measure the gap between them.
+nats at the drafted positions as GRPO learns, up to 4.1 where an entropy target pushes the policy). Above T = 1 its
+entropy runs off toward the uniform distribution over 49,152 ids (6 nats at T = 1.3, 8-10 at T = 1.5-2), where
+acceptance says nothing of the law. eval-mtp fits the law per task: the heads accept little of the code at any
+entropy, so a line through both tasks would measure the gap between them.
 """
 
 from __future__ import annotations

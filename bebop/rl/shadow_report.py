@@ -1,5 +1,5 @@
 """A run's shadow stream read back (`bebop.rl.shadow`): per head and rule, the entropy law over the RL steps and how
-far the acceptance drifted from start to end, with intervals. What notebooks 01 and 04, the dashboard and
+far the acceptance drifted from start to end, with intervals. What notebooks 01 to 04, the dashboard and
 docs/real-model-rl.md show.
 
     from bebop.rl.shadow_report import shadow_points, shadow_summary
@@ -181,18 +181,29 @@ def _percentiles(boot: torch.Tensor) -> tuple[float, float]:
 def rule_slope_ratio(run, head: str = "rollout", *, value: str = "accept_length", n_bootstrap: int = 1000,
                      generator: torch.Generator | None = None) -> dict:
     """RS's slope over TO's for one head along the RL steps (finding 2: the paper's RS + TV keeps about 4% of TO's
-    slope): {"rs_slope", "to_slope", "ratio", "ratio_lo", "ratio_hi", "steps", "entropy_min", "entropy_max"}. Each
-    slope is the least-squares line of the step's `value` against its mean entropy (the law `by="step"` fits); the
-    95% interval is a paired percentile bootstrap over the steps (one resample of steps for both rules, as both were
-    scored on the same rollouts)."""
+    slope): {"rs_slope", "to_slope", "ratio", "ratio_lo", "ratio_hi", "steps", "entropy_min", "entropy_max"}
+    (`paired_slopes` of the head's RS and TO series)."""
+    got = paired_slopes(run, (head, "rs"), (head, "to"), value=value, n_bootstrap=n_bootstrap, generator=generator)
+    return {"rs_slope": got["a_slope"], "to_slope": got["b_slope"],
+            **{k: got[k] for k in ("ratio", "ratio_lo", "ratio_hi", "steps", "entropy_min", "entropy_max")}}
+
+
+def paired_slopes(run, a: tuple[str, str], b: tuple[str, str], *, value: str = "accept_length",
+                  n_bootstrap: int = 1000, generator: torch.Generator | None = None) -> dict:
+    """Two (head, rule) series of one run's shadow stream, scored on the same rollouts, compared along the RL steps:
+    {"a_slope", "b_slope", "ratio" (a's slope over b's), "slope_diff" (a - b), "level_diff" (the mean of a's `value`
+    minus b's), each with "_lo" / "_hi", "steps", "entropy_min", "entropy_max"}. Each slope is the least-squares line
+    of the step's `value` against its mean entropy (the law `by="step"` fits); the 95% intervals are a paired
+    percentile bootstrap over the steps (one resample of steps for both series, as both were scored on the same
+    rollouts). Finding 2 compares a head's RS and TO series; finding 3 two heads under RS."""
     frame = shadow_frame(run)
-    rows = {rule: part.set_index("step") for h, rule, _, part in _series(frame) if h == head}
-    if set(rows) != {"rs", "to"}:
-        raise ValueError(f"head {head!r} was not scored under both rules in this run's shadow stream")
-    steps = sorted(set(rows["rs"].index) & set(rows["to"].index))
-    x = {r: torch.tensor(rows[r].loc[steps, "entropy_mean"].to_numpy(dtype=float), dtype=torch.float64)
-         for r in rows}  # [S] each (the same rollouts: the same entropies)
-    y = {r: torch.tensor(rows[r].loc[steps, value].to_numpy(dtype=float), dtype=torch.float64) for r in rows}
+    rows = {(h, rule): part.set_index("step") for h, rule, _, part in _series(frame) if (h, rule) in (a, b)}
+    for key in (a, b):
+        if key not in rows:
+            raise ValueError(f"head {key[0]!r} was not scored under {key[1].upper()} in this run's shadow stream")
+    steps = sorted(set(rows[a].index) & set(rows[b].index))
+    x = torch.tensor(rows[a].loc[steps, "entropy_mean"].to_numpy(dtype=float), dtype=torch.float64)  # [S] (shared)
+    y = {k: torch.tensor(rows[k].loc[steps, value].to_numpy(dtype=float), dtype=torch.float64) for k in (a, b)}
 
     def slope(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:  # [..., S] -> [...]
         xc, yc = xs - xs.mean(-1, keepdim=True), ys - ys.mean(-1, keepdim=True)
@@ -200,9 +211,14 @@ def rule_slope_ratio(run, head: str = "rollout", *, value: str = "accept_length"
 
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     pick = torch.randint(len(steps), (n_bootstrap, len(steps)), generator=gen)  # [R, S]
-    boot = slope(x["rs"][pick], y["rs"][pick]) / slope(x["to"][pick], y["to"][pick])  # [R]
-    boot = boot[torch.isfinite(boot)]
-    lo, hi = (torch.quantile(boot, q).item() for q in (0.025, 0.975)) if len(boot) else (math.nan, math.nan)
-    rs, to = float(slope(x["rs"], y["rs"])), float(slope(x["to"], y["to"]))
-    return {"rs_slope": rs, "to_slope": to, "ratio": rs / to, "ratio_lo": lo, "ratio_hi": hi, "steps": len(steps),
-            "entropy_min": float(x["rs"].min()), "entropy_max": float(x["rs"].max())}
+    slopes = {k: slope(x[pick], y[k][pick]) for k in (a, b)}  # [R] each
+    boots = {"ratio": slopes[a] / slopes[b], "slope_diff": slopes[a] - slopes[b],
+             "level_diff": (y[a][pick] - y[b][pick]).mean(-1)}
+    got = {"a_slope": float(slope(x, y[a])), "b_slope": float(slope(x, y[b]))}
+    got.update(ratio=got["a_slope"] / got["b_slope"], slope_diff=got["a_slope"] - got["b_slope"],
+               level_diff=float((y[a] - y[b]).mean()))
+    for name, boot in boots.items():
+        boot = boot[torch.isfinite(boot)]
+        got[f"{name}_lo"], got[f"{name}_hi"] = ((torch.quantile(boot, q).item() for q in (0.025, 0.975))
+                                                if len(boot) else (math.nan, math.nan))
+    return {**got, "steps": len(steps), "entropy_min": float(x.min()), "entropy_max": float(x.max())}

@@ -87,7 +87,7 @@ def _finished_rl_run(run_dir: Path) -> tuple[dict, dict]:
     shadow = run_dir / SHADOW
     if meta.get("kind") != "rl" or not shadow.is_file() or shadow.stat().st_size == 0:
         raise ValueError(f"{run_dir} is not an RL run with a shadow stream: a reference run is made by `bebop rl "
-                         "... --shadow-heads ...` (notebooks 01 and 04 read its shadow stream)")
+                         "... --shadow-heads ...` (notebooks 01 to 04 read its shadow stream)")
     return meta, status
 
 

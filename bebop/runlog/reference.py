@@ -1,5 +1,5 @@
 """The reference runs bebop ships: real RL runs (SmolLM2, docs/real-model-rl.md) packed without their checkpoints into
-the package's `assets/runs/`, one run directory each, so the dashboard and notebooks 01 and 04 open them without
+the package's `assets/runs/`, one run directory each, so the dashboard and notebooks 01 to 04 open them without
 running anything.
 
 A reference run is a run directory as its job wrote it (meta.json, status.json, its streams: `load_run` and
