@@ -220,10 +220,11 @@ def test_an_rl_run_trains_and_scores_fused_heads_on_the_update_s_features(tmp_pa
 
 def test_the_backbone_pass_kept_beside_the_corpus_reads_back_as_made_fresh(tmp_path):
     """backbone_batches keeps the pass it made; a later run with the same key reads it back equal to a fresh pass
-    (without running the backbone), a top-layer run reads a fused pass's file as the plain pass, and other taps or
-    another key make the pass again."""
+    (without running the backbone), a top-layer run reads a fused pass's files as the plain pass, and other taps or
+    another key make the pass again (other taps replacing the kept pass)."""
     from bebop.heads.corpus import load_corpus
-    from bebop.heads.data import backbone_batches, make_batches
+    from bebop.heads.data import make_batches
+    from bebop.heads.feature_store import backbone_batches
     from bebop.heads.step import lm_head_weight
 
     model, _ = fused_pair()
@@ -239,18 +240,20 @@ def test_the_backbone_pass_kept_beside_the_corpus_reads_back_as_made_fresh(tmp_p
         raise AssertionError("the pass was made again where the kept one serves")
 
     said: list[str] = []
-    fresh = {taps: make(taps)() for taps in ((), TAPS, (1,))}
+    fresh = {taps: list(make(taps)()) for taps in ((), TAPS, (1,))}
     assert "taps" in fresh[TAPS][0] and "taps" not in fresh[()][0]
     backbone_batches(tmp_path, "k", TAPS, make(TAPS), said.append)
-    for taps in (TAPS, ()):  # the fused file serves its own taps and a top-layer run
+    for taps in (TAPS, ()):  # the fused pass serves its own taps and a top-layer run
         _assert_same(backbone_batches(tmp_path, "k", taps, never, said.append), fresh[taps])
     assert sum("read from" in line for line in said) == 2
     _assert_same(backbone_batches(tmp_path, "k", (1,), make((1,)), said.append), fresh[(1,)])
     _assert_same(backbone_batches(tmp_path, "other", (), make(()), said.append), fresh[()])
-    assert sum("read from" in line for line in said) == 2 and len(list(tmp_path.glob("features-*.pt"))) == 2
+    assert sum("read from" in line for line in said) == 2 and len(list(tmp_path.glob("features-*"))) == 2
+    assert not list(tmp_path.glob(".*")), "a pass's temporary folder was left behind"
 
 
-def _assert_same(got: list[dict], want: list[dict]) -> None:
+def _assert_same(got, want: list[dict]) -> None:
+    got = list(got)
     assert len(got) == len(want) and all(a.keys() == b.keys() for a, b in zip(got, want))
     for a, b in zip(got, want):
         for key in a:

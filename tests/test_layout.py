@@ -21,6 +21,7 @@ FLOORS = {
     "bebop.sampling": 0, "bebop.verify": 0, "bebop.losses": 0, "bebop.tv_tiled": 0, "bebop.metrics": 0,
     "bebop.entropy_law": 0, "bebop.device": 0, "bebop.files": 0, "bebop.distributed": 0, "bebop.runlog": 0,
     "bebop.claims": 0, "bebop.checks": 0, "bebop.draft_vocab": 0, "bebop.losses_from_hidden": 0, "bebop.speedup": 0,
+    "bebop.host_memory": 0,
     "bebop.models": 1, "bebop.data.tokenizer": 1, "bebop.data.tasks": 1, "bebop.data.batches": 1,
     "bebop.data.prompts": 1,
     "bebop.plots": 1,

@@ -79,6 +79,22 @@ def test_seeded_training_is_reproducible(policy, tmp_path):
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
+def test_the_steps_hand_their_freed_memory_back_every_release_every_steps(policy, tmp_path, monkeypatch):
+    """After every RELEASE_EVERY-th step, its batch dropped, the freed blocks go back to the OS (bebop.host_memory):
+    without it a long run's resident memory climbs with the steps (docs/real-model.md)."""
+    import bebop.heads.train as heads_train
+
+    model, tokenizer = policy
+    config = dataclasses.replace(TrainMTPConfig.tiny("tv"), steps=7)
+    events = []
+    monkeypatch.setattr(heads_train, "RELEASE_EVERY", 3)
+    monkeypatch.setattr(heads_train, "release_freed_memory", lambda: events.append("release"))
+    real_step = heads_train.train_step
+    monkeypatch.setattr(heads_train, "train_step", lambda *a, **k: (events.append("step"), real_step(*a, **k))[1])
+    train_mtp(model, tokenizer, config, tmp_path / "a", data=CorpusSource(tmp_path / "d"))
+    assert events == ["step"] * 3 + ["release"] + ["step"] * 3 + ["release"] + ["step"]
+
+
 def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, tmp_path, monkeypatch):
     """train_mtp(data=CorpusSource(cache, shared)): heads trained with several objectives on one corpus (notebook 03's five losses) compute
     the backbone's batches once, and each head is bit-identical to the one trained alone, on the batches that pass
@@ -103,7 +119,7 @@ def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, t
     train_mtp(model, tokenizer, dataclasses.replace(config, batch_size=2), tmp_path / "b2", data=CorpusSource(tmp_path / "d", shared))
     # the runs alone read the backbone's pass the first run kept beside the corpus; another batch size makes its own
     assert made == ["ce", "e2e_tv"] and len(shared) == 2
-    assert len(list((tmp_path / "d").glob("features-*.pt"))) == 2
+    assert len(list((tmp_path / "d").glob("features-*"))) == 2
 
 
 def test_self_generated_data_is_policy_samples(policy):

@@ -1,11 +1,11 @@
 """The head's training batches: the corpus (bebop.heads.corpus) padded into fixed batches carrying what the frozen
-backbone gives each position, computed once per run: its hidden state [B, T, d] and, for a head with a draft
-vocabulary, the log-normaliser of its logits at the training temperature [B, T] and the probability mass its
-next-token distributions put on each id [V] (`bebop.draft_vocab.probability_mass`: one pass through the whole LM head,
-after which a training step needs only S's rows of it). Logits are never kept: at a real vocabulary they are V/d
-times larger than the hidden states. A fused head's extra layers (`taps`) are kept beside the hidden state in bf16
-("taps" [B, T, n d]): they only feed its learned projection, while the top hidden behind the target's probabilities
-keeps the compute dtype.
+backbone gives each position, computed once per corpus and kept on disk (`bebop.heads.feature_store`): its hidden
+state [B, T, d] and, for a head with a draft vocabulary, the log-normaliser of its logits at the training temperature
+[B, T] and the probability mass its next-token distributions put on each id [V]
+(`bebop.draft_vocab.probability_mass`: one pass through the whole LM head, after which a training step needs only
+S's rows of it). Logits are never kept: at a real vocabulary they are V/d times larger than the hidden states. A
+fused head's extra layers (`taps`) are kept beside the hidden state in bf16 ("taps" [B, T, n d]): they only feed its
+learned projection, while the top hidden behind the target's probabilities keeps the compute dtype.
 
 Each batch's length is rounded up to a multiple of `length_bucket` (its padding masked out): a few shapes recur over
 the run instead of one per batch, so the allocator reuses the steps' blocks instead of fragmenting the heap with
@@ -13,9 +13,7 @@ blocks of ever new sizes, which is what held train-mtp's peak memory above 4 GiB
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-from typing import Callable
+from typing import Iterator
 
 import torch
 
@@ -23,6 +21,7 @@ from bebop.data.batches import pad
 from bebop.device import to_device
 from bebop.draft_vocab import choose, probability_mass
 from bebop.heads.config import TrainMTPConfig
+from bebop.heads.feature_store import StoredBatches
 from bebop.models.transformer import Transformer
 
 
@@ -37,13 +36,14 @@ def anchor_mask(trainable: torch.Tensor, lengths: torch.Tensor, depth: int) -> t
 
 @torch.no_grad()
 def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf16: bool,
-                 weight: torch.Tensor | None = None, taps: tuple[int, ...] = ()) -> list[dict]:
-    """Fixed batches (sorted by length): {"tokens", "mask" (anchor_mask), "hidden" [B, T, d]}, and with `weight` (the
+                 weight: torch.Tensor | None = None, taps: tuple[int, ...] = ()) -> Iterator[dict]:
+    """Fixed batches (sorted by length), yielded one at a time as the backbone makes them (`feature_store` keeps each
+    on disk before the next is made): {"tokens", "mask" (anchor_mask), "hidden" [B, T, d]}, and with `weight` (the
     LM head [V, d] the head trains through, `bebop.heads.step.lm_head_weight`) also "lse" [B, T] float32 at the
     config's temperature and "mass" [V] float64 over the positions whose next token the policy wrote. With `taps`
     (a fused head's feature layers) "hidden" is the backbone's features [B, T, (1 + n) d], the top hidden first."""
     order = sorted(range(len(data["tokens"])), key=lambda i: len(data["tokens"][i]))
-    batches, device, d = [], model.lm_head.weight.device, model.config.hidden_size
+    device, d = model.lm_head.weight.device, model.config.hidden_size
     for start in range(0, len(order), config.batch_size):
         idx = order[start : start + config.batch_size]
         tokens, lengths = bucketed(pad([data["tokens"][i] for i in idx], 0), config.length_bucket)
@@ -59,31 +59,7 @@ def make_batches(model: Transformer, data: dict, config: TrainMTPConfig, use_bf1
             batch["taps"] = hidden[..., d:].to(torch.bfloat16)  # [B, T, n d]
         if weight is not None:
             batch.update(_targets(batch["hidden"], to_device(trainable.bool(), device), weight, config.temperature))
-        batches.append(batch)
-    return batches
-
-
-def backbone_batches(cache: Path | None, key: str, taps: tuple[int, ...], make: Callable[[], list[dict]],
-                     say) -> list[dict]:
-    """`make()`'s batches (the backbone's pass over the corpus, `make_batches` with `taps`), kept in
-    `cache`/features-<hash of key>.pt, so that a later run on the same corpus and batch settings (`key`: all that
-    fixes them but the taps) reads them back instead of running the backbone again: on a real model that pass is most
-    of a short run. A file made with a fused head's taps serves a top-layer run too (its taps left unread: the file is
-    mapped, not read whole); a run that needs taps the file lacks makes the batches again and writes them with its
-    own. `say` hears which it was."""
-    path = None if cache is None else cache / f"features-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
-    if path is not None and path.is_file():
-        saved = torch.load(path, mmap=True, weights_only=False)
-        if saved["key"] == key and (tuple(saved["taps"]) == taps or not taps):
-            say(f"the backbone's pass over the corpus, read from {path}")
-            return [b if taps else {k: v for k, v in b.items() if k != "taps"} for b in saved["batches"]]
-    batches = make()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save({"key": key, "taps": list(taps), "batches": batches}, tmp)
-        tmp.replace(path)
-    return batches
+        yield batch
 
 
 def bucketed(padded: tuple[torch.Tensor, torch.Tensor], bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,16 +85,16 @@ def _targets(hidden: torch.Tensor, written: torch.Tensor, weight: torch.Tensor, 
     return {"lse": lse.reshape(B, T), "mass": mass}  # [B, T], [V]
 
 
-def choose_draft_vocab(batches: list[dict], size: int, required: tuple[int, ...]) -> torch.Tensor:
+def choose_draft_vocab(batches: StoredBatches, size: int, required: tuple[int, ...]) -> torch.Tensor:
     """The draft vocabulary [K] of `size` ids carrying the most of the policy's probability over `batches` (their
-    "mass", `make_batches`), every `required` id included."""
-    return choose(sum(b["mass"] for b in batches), size, required)
+    "mass", `make_batches`, read alone), every `required` id included."""
+    return choose(sum(batches.tensors("mass")), size, required)
 
 
-def split_heldout(batches: list[dict], fraction: float) -> tuple[list[dict], list[dict]]:
+def split_heldout(batches: StoredBatches, fraction: float) -> tuple[StoredBatches, StoredBatches]:
     """Every k-th batch is held out (batches are sorted by length, so both sides span all lengths)."""
     if len(batches) < 2:
         raise ValueError(f"need at least 2 batches of self-generated data to hold one out, got {len(batches)}")
     every = min(len(batches), max(2, round(1 / fraction)))
     held = [i for i in range(len(batches)) if i % every == every - 1]
-    return [b for i, b in enumerate(batches) if i not in held], [batches[i] for i in held]
+    return batches.select(i for i in range(len(batches)) if i not in held), batches.select(held)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -91,7 +92,7 @@ def train_step(head, model, batch, optimizer, lr: float, config: TrainMTPConfig,
 
 
 @torch.no_grad()
-def evaluate(head, model, batches: list[dict], config: TrainMTPConfig, use_bf16: bool,
+def evaluate(head, model, batches: Sequence[dict], config: TrainMTPConfig, use_bf16: bool,
              weight: torch.Tensor) -> dict[str, float]:
     """Held-out d_TV per draft step, the teacher-forced RS accept length at γ = 3, and with a draft vocabulary its
     coverage p(S) at the first step's targets (the most any head over S could accept there)."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +50,10 @@ from bebop.files import cache_root
 from bebop.heads import checkpoint as checkpoints
 from bebop.heads.config import TrainMTPConfig, learning_rate
 from bebop.heads.corpus import CorpusSource, load_corpus
-from bebop.heads.data import backbone_batches, choose_draft_vocab, make_batches, split_heldout
+from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
+from bebop.heads.feature_store import StoredBatches, backbone_batches
 from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
+from bebop.host_memory import release_freed_memory
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
 from bebop.models.transformer import Transformer, check_taps
@@ -63,6 +65,9 @@ from bebop.runlog.setup import one_or_all, setup_keys
 
 # How long the other ranks wait for rank 0 to generate the data set: a bound on a hung rank 0, not on the work.
 GENERATION_WAIT = datetime.timedelta(hours=12)
+# Steps between two hand-backs of freed memory: each makes the next step fault its pages in afresh (on SmolLM2 every
+# step cost 24% more time, every 10 steps 5%), and ten steps grow the heap by little (docs/real-model.md).
+RELEASE_EVERY = 10
 
 
 def open_run(run_dir: str | os.PathLike | None, config: TrainMTPConfig, *, resume: bool = False,
@@ -120,7 +125,7 @@ def _corpus(model: Transformer, tokenizer, tasks: dict[str, Task], data: CorpusS
 
 
 def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, session: RunSession, say,
-             source: CorpusSource) -> tuple[MTPHead, torch.Tensor, list[dict], list[dict]]:
+             source: CorpusSource) -> tuple[MTPHead, torch.Tensor, StoredBatches, StoredBatches]:
     """(the head to train, with its draft vocabulary when it has one; the LM head weight it trains through; the
     training and held-out batches). `source`: the corpus's directory, where the backbone's pass over it is kept for
     later runs (`backbone_batches`), and the batches of earlier runs of this process, by what made them."""
@@ -140,11 +145,11 @@ def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, 
         batches = shared[made_by, taps]
         say("the backbone's hidden states" + (" and log-normalisers" if on_vocab else "") + ", from an earlier run")
     else:
-        def make() -> list[dict]:
+        def make() -> Iterator[dict]:
             say("the backbone's hidden states" + (" and log-normalisers (the whole LM head, once)" if on_vocab else ""))
             return make_batches(model, data, config, use_bf16, weight if on_vocab else None, taps)
 
-        batches = backbone_batches(source.directory, made_by, taps, make, say)
+        batches = backbone_batches(source.directory, made_by, taps, make, say, session.device)
         if shared is not None:
             shared[made_by, taps] = batches
     train, held = split_heldout(batches, config.heldout_fraction)
@@ -152,9 +157,7 @@ def _prepare(model: Transformer, tokenizer, tasks: dict[str, Task], data: dict, 
         head.use_draft_vocab(choose_draft_vocab(train, config.draft_vocab, stop_ids(tokenizer, tasks.values())))
         say(f"draft vocabulary: the {config.draft_vocab} ids with the most of the policy's probability on the "
             f"training split (its stop ids included)")
-    # the mass only chooses S: this run trains on copies without it, and the batches stay whole for a run sharing them
-    train, held = ([{k: v for k, v in b.items() if k != "mass"} for b in part] for part in (train, held))
-    return head, weight, train, held
+    return head, weight, train.without("mass"), held.without("mass")  # the mass only chooses S
 
 
 def _teller(session: RunSession):
@@ -184,7 +187,7 @@ class Trainee:
         return cls(head, model, optimizer, torch.Generator().manual_seed(config.seed), weight)
 
 
-def _loop(trainee: Trainee, batches: tuple[list[dict], list[dict]], session: RunSession) -> None:
+def _loop(trainee: Trainee, batches: tuple[StoredBatches, StoredBatches], session: RunSession) -> None:
     """The steps from the session's start: each a batch drawn from the training split, held-out evaluation every
     `eval_every` steps and at the last, a checkpoint when the session says one is due."""
     (train, held), config, writer = batches, session.config, session.writer
@@ -196,6 +199,9 @@ def _loop(trainee: Trainee, batches: tuple[list[dict], list[dict]], session: Run
         lr = learning_rate(config, step)
         batch = train[int(torch.randint(len(train), (1,), generator=t.generator))]
         loss, d_tv, grad_norm = train_step(t.head, t.model, batch, t.optimizer, lr, config, use_bf16, t.weight)
+        del batch
+        if (step + 1) % RELEASE_EVERY == 0:
+            release_freed_memory()  # else the heap's holes grow with the steps (bebop.host_memory)
         writer.log("train", {"step": step, name: loss, "mtp/d_tv_mean": d_tv, "mtp/grad_norm": grad_norm, "lr": lr})
         bar.set_postfix(loss=f"{loss:.4f}", d_tv=f"{d_tv:.3f}")
         if ((step + 1) % config.eval_every == 0 or step + 1 == config.steps) and distributed.is_main():
