@@ -217,8 +217,6 @@ def paired_slopes(run, a: tuple[str, str], b: tuple[str, str], *, value: str = "
     got = {"a_slope": float(slope(x, y[a])), "b_slope": float(slope(x, y[b]))}
     got.update(ratio=got["a_slope"] / got["b_slope"], slope_diff=got["a_slope"] - got["b_slope"],
                level_diff=float((y[a] - y[b]).mean()))
-    for name, boot in boots.items():
-        boot = boot[torch.isfinite(boot)]
-        got[f"{name}_lo"], got[f"{name}_hi"] = ((torch.quantile(boot, q).item() for q in (0.025, 0.975))
-                                                if len(boot) else (math.nan, math.nan))
+    for name, boot in boots.items():  # a resample whose b slope is 0 has no ratio
+        got[f"{name}_lo"], got[f"{name}_hi"] = _percentiles(boot[torch.isfinite(boot)])
     return {**got, "steps": len(steps), "entropy_min": float(x.min()), "entropy_max": float(x.max())}
