@@ -137,10 +137,10 @@ def test_temperature_reaches_every_engine(tmp_path, monkeypatch):
     from bebop.engine import Engine
 
     seen = []
-    generate, hf_generate = Engine.generate, bench._hf_generate
+    generate, hf_generate = Engine.generate, bench.hf_generate
     monkeypatch.setattr(Engine, "generate", lambda self, prompts, config, *a, **k: seen.append(
         ("bebop", config.temperature)) or generate(self, prompts, config, *a, **k))
-    monkeypatch.setattr(bench, "_hf_generate", lambda target, prompts, mask, new_tokens, temperature, assistant=None:
+    monkeypatch.setattr(bench, "hf_generate", lambda target, prompts, mask, new_tokens, temperature, assistant=None:
                         seen.append(("hf", temperature)) or hf_generate(target, prompts, mask, new_tokens,
                                                                         temperature, assistant))
     path = tmp_path / "engine.json"
@@ -159,11 +159,90 @@ def test_the_files_the_peers_load_from_are_gone_when_the_bench_ends(tmp_path, mo
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     saved = []
-    hf_models = bench._hf_models
-    monkeypatch.setattr(bench, "_hf_models", lambda model, dtype, device, workdir: saved.append(workdir) or
+    hf_models = bench.hf_models
+    monkeypatch.setattr(bench, "hf_models", lambda model, dtype, device, workdir: saved.append(workdir) or
                         hf_models(model, dtype, device, workdir))
     assert main(["bench", "engine", "--models", "tiny", "--batch", "1", "--gamma", "1", "--new-tokens", "4",
                  "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--no-compile", "--no-costs",
                  "--json", str(tmp_path / "engine.json")]) == 0
     assert saved and saved[0].parent == tmp_path  # the peers were given a folder, where tempfile makes them
     assert not saved[0].exists() and not list(tmp_path.glob("bebop-bench-*"))
+
+
+def test_prompt_sets_decode_disjoint_sets_in_every_cell_and_count_all_their_tokens(tmp_path, monkeypatch):
+    """--prompt-sets 3 at --batch 2: every bebop cell's call decodes three disjoint pairs of the task's held-out
+    prompts, the first six, and tokens/s counts the tokens of all three."""
+    from bebop.data.prompts import prompt_format, prompt_ids
+    from bebop.data.tasks import get as get_task
+    from bebop.default import DEFAULT_DIR, load_default
+    from bebop.engine import Engine
+
+    seen = []
+    generate = Engine.generate
+    monkeypatch.setattr(Engine, "generate", lambda self, prompts, config, *a, **k: seen.append(
+        (config.gamma, prompts)) or generate(self, prompts, config, *a, **k))
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--batch", "2", "--gamma", "2",
+                 "rows", "--methods", "rs", "--prompt-sets", "3", "--new-tokens", "5", "--repeats", "1",
+                 "--threads", "1", "--no-compile", "--no-hf", "--no-costs", "--json", str(path)]) == 0
+    tokenizer = load_default(dtype=torch.float32).tokenizer
+    six = prompt_ids(tokenizer, get_task("math").sample(6, seed=3_000_017), prompt_format("auto", tokenizer))
+    for gamma in (0, 2, "rows"):
+        calls = [prompts for g, prompts in seen if g == gamma]
+        assert len(calls) == 2 * 3  # warm-up and one round, three sets each
+        assert calls[:3] == calls[3:] == [six[0:2], six[2:4], six[4:6]]
+    for r in json.loads(path.read_text()):
+        assert r["prompt_sets"] == 3
+        assert r["tokens_per_s"] == pytest.approx(2 * 5 * 3 / r["round_seconds"][0])
+    assert main(["bench", "engine", "--prompt-sets", "0"]) == 2
+
+
+def test_pooled_stats_sum_the_counters_and_derive_the_rates_again():
+    """Two calls pooled as one: counters summed (a depth only one call chose included), rates from the sums, not
+    the last call's."""
+    from bebop.commands.bench.prompt_sets import pooled_stats
+    from bebop.engine import Engine
+    from bebop.engine.rollout import GenerationConfig
+    from bebop.models.config import ModelConfig
+    from bebop.models.mtp import MTPHead
+
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=64, num_hidden_layers=2)
+    engine = Engine(Transformer(config).eval(), MTPHead(config).eval())
+    calls = [engine.generate(prompts, GenerationConfig(max_new_tokens=9, gamma="rows", max_gamma=3, seed=seed)).stats
+             for seed, prompts in ((0, [[1, 2, 3], [4, 5]]), (1, [[6], [7, 8, 9], [10, 11]]))]
+    pooled = pooled_stats(calls)
+    total = lambda key: sum(c.get(key, 0) for c in calls)  # noqa: E731
+    for key in ("num_prompts", "num_generated_tokens", "wall_time_s", "engine/prefill_s", "engine/num_row_steps",
+                "spec/num_drafts", "spec/num_accepted_tokens", "spec/num_row_depth/0"):
+        assert pooled[key] == pytest.approx(total(key)), key
+    assert pooled["num_prompts"] == 5
+    assert pooled["spec/acceptance_rate"] == pytest.approx(
+        total("spec/num_accepted_tokens") / total("spec/num_draft_tokens"))
+    assert pooled["tokens_per_s"] == pytest.approx(total("num_generated_tokens") / total("wall_time_s"))
+    assert pooled_stats(calls[:1]) == calls[0]
+
+
+def test_stop_ends_rows_at_the_tasks_stops_and_times_each_round_per_generated_token(tmp_path, monkeypatch):
+    """--stop: every bebop cell decodes with the task's stops (as a rollout does), and a cell's round seconds are
+    scaled to the fixed token count by the tokens that round generated; without --task, or beside a peer that
+    decodes a fixed count, it is refused in one line."""
+    from bebop.commands.bench.prompt_sets import SetsCell, per_generated_token
+    from bebop.default import DEFAULT_DIR
+    from bebop.engine import Engine
+
+    stops = []
+    generate = Engine.generate
+    monkeypatch.setattr(Engine, "generate", lambda self, prompts, config, *a, **k: stops.append(
+        config.stop_tokens) or generate(self, prompts, config, *a, **k))
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--stop", "--batch", "2",
+                 "--gamma", "2", "--methods", "rs", "--new-tokens", "6", "--repeats", "1", "--threads", "1",
+                 "--no-compile", "--no-hf", "--no-costs", "--json", str(path)]) == 0
+    assert stops and all(stops)  # every call had the task's stop tokens
+    cell = SetsCell(None, [], None)
+    cell.tokens = [9, 4, 12]  # warm-up, then two rounds
+    timed = per_generated_token({"a": ([2.0, 3.0], "r"), "b": ([1.0], "s")}, {"a": cell, "b": lambda: None}, 8)
+    assert timed == {"a": ([4.0, 2.0], "r"), "b": ([1.0], "s")}
+    assert main(["bench", "engine", "--stop", "--no-hf"]) == 2
+    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--stop"]) == 2

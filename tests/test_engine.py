@@ -12,6 +12,7 @@ from scipy.stats import chisquare
 
 from bebop.engine import Engine
 from bebop.engine.depth import Choice, DepthConfig, DepthController, FixedDepth
+from bebop.engine.generate import TIMING
 from bebop.engine.rollout import GenerationConfig, RolloutBuilder
 from bebop.losses import draft_loss
 from bebop.models.config import ModelConfig
@@ -435,7 +436,7 @@ def _head_state_after_plain_steps(model, head, prompts, steps: int, every_step: 
     assert start.tolist() == [len(p) for p in prompts]
     for k in range(steps):
         engine._step(batch, FixedDepth(0).decide(len(batch.rows)), config, generator, (out, None), {},
-                     dict.fromkeys(("draft", "verify", "advance"), 0.0))
+                     dict.fromkeys(TIMING, 0.0))
         assert len(batch.head_lag) == (1 if every_step else k + 1)  # the step left the head's cache where it was
         assert batch.draft_cache.lengths.equal(start + (k if every_step else 0))
         if every_step:

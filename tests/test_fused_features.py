@@ -12,6 +12,7 @@ import torch
 
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
+from bebop.engine.generate import TIMING
 from bebop.engine.rollout import GenerationConfig, RolloutBuilder
 from bebop.engine.sources import Histories
 from bebop.heads.config import TrainMTPConfig
@@ -95,7 +96,7 @@ def test_the_engine_drafts_from_the_features_the_head_trains_on():
     histories = Histories(engine.lookup or engine.row_lookup, out)
     for _ in range(3):
         engine._step(batch, engine.depth_for(config).decide(len(batch.rows)), config, generator, (out, histories), {},
-                     dict.fromkeys(("draft", "verify", "advance"), 0.0))
+                     dict.fromkeys(TIMING, 0.0))
     for slot, row in zip(batch.slots, batch.rows):
         tokens = torch.tensor([out.history(row)])  # prompt and tokens so far, the last one pending (not cached)
         _, features = model(tokens, taps=TAPS)

@@ -4,12 +4,15 @@ controller's choices on fixed inputs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import bebop.engine.generate as engine_module
 from bebop.engine import Engine
 from bebop.engine.depth import Choice
+from bebop.engine.depth.counters import prediction_split
 from bebop.engine.depth.row_costs import RowCosts
 from bebop.engine.depth.rows import RowDepths, RowsConfig, RowState
 from bebop.engine.rollout import GenerationConfig
@@ -211,3 +214,43 @@ def test_a_row_never_drafts_past_what_its_budget_can_take():
     _price(controller.costs, 3, plain=1.0, per_draft=0.001)
     choice = controller.decide(3, [RowState(0.2, left=1), RowState(0.2, left=3), RowState(0.2, left=40)])
     assert choice.depths == (0, 2, 3)  # a step emits up to its depth + 1 tokens; tokens past the budget are cut
+
+
+class Priced(Scripted):
+    """`Scripted` with a cost model's price on every step: each row expects half a draft accepted, a step costs
+    1 ms and a plain step 2 ms, so every step counts in the priced-step counters; no row drafts past its budget
+    (as RowDepths does)."""
+
+    def decide(self, rows: int, states: list[RowState]) -> Choice:
+        choice = super().decide(rows, states)
+        depths = tuple(min(d, state.left - 1) for d, state in zip(choice.depths, states))
+        return replace(choice, gamma=max(depths), depths=depths, budget=rows + sum(depths), expected_accepted=0.5,
+                       cost_s=1e-3, plain_s=2e-3)
+
+
+def test_the_priced_steps_count_the_tokens_they_emitted_and_the_prediction_split_multiplies_out(tiny_pair):
+    """Every token after the prefill's first is emitted by a priced step: `measured_tokens` counts them all; the
+    split's factors are the counters' ratios and multiply out to the priced steps' measured speedup."""
+    model, head = tiny_pair
+    config = GenerationConfig(max_new_tokens=12, gamma="rows", max_gamma=2, seed=0)  # no stop tokens
+    every_third_plain = lambda t, b: (0 if t % 3 == 0 else 1 + (b + t) % 2, False)  # noqa: E731
+    rollout = Engine(model, head, depth=Priced(2, every_third_plain, lookup=False)).generate(PROMPTS, config)
+    s, key = rollout.stats, "engine/priced_steps/{}".format
+    assert s[key("measured_tokens")] == s["num_generated_tokens"] - len(PROMPTS)  # the prefill drew each row's first
+    assert s[key("measured_tokens")] == s[key("rows")] + s["spec/num_accepted_tokens"]
+    assert s[key("predicted_tokens")] == pytest.approx(1.5 * s[key("rows")])
+    plain = {"wall_time_s": 3.0, "engine/prefill_s": 1.0, "num_generated_tokens": 2 * s["num_generated_tokens"]}
+    split = prediction_split(s, plain)
+    assert split["predicted"] == pytest.approx(1.5 / 1e-3 / (1 / 2e-3))
+    assert split["tokens"] == pytest.approx(s[key("measured_tokens")] / s[key("predicted_tokens")])
+    assert split["seconds"] == pytest.approx(1e-3 * s["engine/num_steps"] / s[key("measured_s")])
+    measured = s[key("measured_tokens")] / s[key("measured_s")]
+    assert split["priced"] == pytest.approx(measured / (s[key("rows")] / s[key("plain_s")]))
+    loop = s["wall_time_s"] - s["engine/prefill_s"]
+    assert split["loop"] == pytest.approx(1.0 / loop)  # per token: the plain run made twice the tokens
+    assert split["outside"] == pytest.approx(1 - s[key("measured_s")] / loop)
+    assert 0 < s["engine/catch_up_s"] <= s["engine/draft_s"]  # the head catches up after each plain step
+    assert split["catch_up"] == pytest.approx(s["engine/catch_up_s"] / loop)
+    assert split["priced"] * (1 - split["outside"]) * split["rest"] == pytest.approx(split["loop"])
+    assert split["call"] == pytest.approx(1.5 / s["wall_time_s"])
+    assert prediction_split({}) is None  # nothing priced

@@ -53,6 +53,11 @@ from bebop.models.prepack import prepacked
 from bebop.sampling import entropy, probs_from_logits, sample
 
 
+# The seconds a generate() call adds up per phase (its stats' engine/{part}_s); catch_up is the part of draft spent
+# catching the head up after plain steps (a price of switching depth, not of the depth).
+TIMING = ("prefill", "draft", "verify", "advance", "catch_up")
+
+
 @dataclass(frozen=True)
 class Stepped:
     """What one decoding step tells the depth that chose it (`Depth.observe`) and the rollout's counters."""
@@ -161,9 +166,9 @@ class Engine:
         generator.manual_seed(seed)
         # per depth γ, per verified row: [num_accepted, H(p_1..p_γ)], counted once at the end
         verdicts: dict[int, list[list[float]]] = {}
-        timing = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "advance": 0.0}
+        timing = dict.fromkeys(TIMING, 0.0)
         depth = self.depth_for(config)
-        choices: list[tuple[Choice, float]] = []  # each step's decision and measured seconds
+        choices: list[tuple[Choice, float, int]] = []  # each step's decision, measured seconds and accepted drafts
         out = RolloutBuilder(len(prompts), config, env, self.config.vocab_size, decode, prompts=prompts)
         start = time.perf_counter()
         with self.packed_weights():
@@ -184,7 +189,7 @@ class Engine:
                     depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, step.switch_s, step.draft_s)
                 else:
                     depth.observe(rows, choice.gamma, step.seconds, step.num_accepted, switch_s=step.switch_s)
-                choices.append((choice, step.seconds))
+                choices.append((choice, step.seconds, sum(step.num_accepted)))
                 if clock is not None:
                     clock.end("depth", kind=f"γ={choice.gamma}" if choice.gamma else "plain", rows=rows,
                               tokens=rows + sum(step.num_accepted))
@@ -352,9 +357,8 @@ class Engine:
             tick(clock, "feed")
         self._sync(config)
         t3 = time.perf_counter()
-        timing["draft"] += t1 - t0
-        timing["verify"] += t2 - t1
-        timing["advance"] += t3 - t2
+        for part, seconds_in in (("draft", t1 - t0), ("catch_up", switch_s), ("verify", t2 - t1), ("advance", t3 - t2)):
+            timing[part] += seconds_in
         return Stepped(seconds, switch_s, [r.num_accepted for r in results], depths, t1 - t0 - switch_s + head_s)
 
     def _uniforms_method(self, choice: Choice, config) -> str:

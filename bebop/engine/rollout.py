@@ -159,12 +159,12 @@ class RolloutBuilder:
         return Rollout(self.tokens, self.logprobs, self.entropy, self.origin, self.finish, self.stops, stats)
 
 
-def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float, choices: list[tuple[Choice, float]],
-                 config: GenerationConfig) -> dict:
+def decode_stats(out: RolloutBuilder, verdicts: dict, timing: dict, wall: float,
+                 choices: list[tuple[Choice, float, int]], config: GenerationConfig) -> dict:
     """A generate() call's stats: counts, wall time, the decode loop's counters and, where it drafted, the
     verification counters (`SpecCounters`) of its verdicts {γ: [[num_accepted, H(p_1..p_γ)] per verified row]};
-    under gamma="auto" also the depth controller's decisions, from each step's (Choice, seconds)."""
-    steps, row_steps = len(choices), sum(choice.rows for choice, _ in choices)
+    under gamma="auto" also the depth controller's decisions, from each step's (Choice, seconds, accepted drafts)."""
+    steps, row_steps = len(choices), sum(choice.rows for choice, *_ in choices)
     generated = sum(o != "env" for row in out.origin for o in row)  # the policy's tokens, not env replies
     stats = {
         "num_prompts": len(out.tokens),

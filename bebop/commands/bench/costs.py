@@ -31,10 +31,15 @@ def bench_prompts(args, vocab_size: int, batch: int, generator: torch.Generator,
     from bebop.data.tasks import get as get_task
 
     lists = prompt_ids(tokenizer, get_task(args.task).sample(batch, seed=EXAMPLE_SEED), prompt_format("auto", tokenizer))
+    return lists, *left_padded(lists)
+
+
+def left_padded(lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of any lengths as HF takes them: left-padded with 0 to the longest [B, P], and their mask [B, P]."""
     width = max(len(p) for p in lists)
     padded = torch.tensor([[0] * (width - len(p)) + p for p in lists])  # [B, P]
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in lists])  # [B, P]
-    return lists, padded, mask
+    return padded, mask
 
 
 def cost_cells(engines: dict, gammas: list[int], batch: int, context: int) -> dict:

