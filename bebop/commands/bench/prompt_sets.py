@@ -24,7 +24,7 @@ PromptSet = tuple[list[list[int]], torch.Tensor, torch.Tensor]  # bench_prompts'
 
 
 def prompt_sets(args, vocab_size: int, batch: int, generator: torch.Generator, tokenizer=None) -> list[PromptSet]:
-    """`args.prompt_sets` sets of `batch` prompts, disjoint: a task's first batch x K held-out examples, in turn
+    """`args.prompt_sets` sets of `batch` prompts: a task's first batch x K held-out examples, in turn
     (K = 1: exactly `bench_prompts`'), or random tokens."""
     count = args.prompt_sets
     lists, padded, mask = bench_prompts(args, vocab_size, batch * count, generator, tokenizer)
