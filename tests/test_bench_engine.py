@@ -216,6 +216,8 @@ def test_pooled_stats_sum_the_counters_and_derive_the_rates_again():
     for key in ("num_prompts", "num_generated_tokens", "wall_time_s", "engine/prefill_s", "engine/num_row_steps",
                 "spec/num_drafts", "spec/num_accepted_tokens", "spec/num_row_depth/0"):
         assert pooled[key] == pytest.approx(total(key)), key
+    binned = [key for key in pooled if key.startswith("spec/by_entropy/") and key.endswith("/num_draft_tokens")]
+    assert binned and all(pooled[key] == total(key) for key in binned)  # the entropy law's counters too
     assert pooled["num_prompts"] == 5
     assert pooled["spec/acceptance_rate"] == pytest.approx(
         total("spec/num_accepted_tokens") / total("spec/num_draft_tokens"))

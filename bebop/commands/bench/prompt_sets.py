@@ -14,11 +14,12 @@ import torch
 
 from bebop.commands.bench.costs import bench_prompts, left_padded
 from bebop.engine.rollout import GenerationConfig, Rollout
-from bebop.metrics import derive
+from bebop.metrics import derive, pool
 
-# The keys of a rollout's stats that are sums over its steps and rows; every other key is a rate derived from them.
-ADDITIVE = re.compile(r"wall_time_s|num_prompts|num_generated_tokens|num_steps|engine/.+|spec/num_.+"
-                      r"|spec/by_entropy/\d+/(num_draft_tokens|num_accepted_tokens|entropy_sum)")
+# The keys of a rollout's stats that are sums over its steps and rows beside the verification counters
+# `bebop.metrics.pool` sums (the call's totals, the engine's timings, the depth controller's counts); every other key
+# is a rate derived from them.
+ADDITIVE = re.compile(r"wall_time_s|num_prompts|num_generated_tokens|num_steps|engine/.+|spec/num_.+")
 
 PromptSet = tuple[list[list[int]], torch.Tensor, torch.Tensor]  # bench_prompts' (lists, left-padded [B, P], mask)
 
@@ -78,10 +79,11 @@ def per_generated_token(timed: dict, cells: dict, tokens: int) -> dict:
 
 
 def pooled_stats(stats: list[dict]) -> dict:
-    """Several calls' stats as one call's: each additive key summed (0 where a call lacks it: a depth or a rows
-    bucket only some calls ran), the other keys of the last call, then the rates derived again."""
+    """Several calls' stats as one call's: the verification counters pooled (`bebop.metrics.pool`) and each other
+    additive key summed (0 where a call lacks it: a depth or a rows bucket only some calls ran), the other keys of
+    the last call, then the rates derived again."""
     keys = {key for s in stats for key in s if ADDITIVE.fullmatch(key)}
-    out = {**stats[-1], **{key: sum(s.get(key, 0) for s in stats) for key in keys}}
+    out = {**stats[-1], **{key: sum(s.get(key, 0) for s in stats) for key in keys}, **pool(stats)}
     if "spec/num_drafts" in out:
         out.update(derive(out))
     out["tokens_per_s"] = out["num_generated_tokens"] / out["wall_time_s"] if out["wall_time_s"] > 0 else 0.0
