@@ -9,8 +9,6 @@ README fails here with the number to write.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from suite_files import make_recipe, marked_modules
+from script_module import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 MAKE_TEST_MARKS = "not compile"  # the -m of `make test`
@@ -93,16 +92,8 @@ def test_make_docs_writes_only_paths_git_ignores():
         assert ignored, f"make docs writes into {folder}/, which git does not ignore"
 
 
-def readme_picture():
-    loader = importlib.machinery.SourceFileLoader("readme_picture", str(REPO / "scripts" / "readme-picture"))
-    spec = importlib.util.spec_from_loader("readme_picture", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 def test_the_picture_script_refuses_a_picture_without_its_story():
-    check = readme_picture().check
+    check = load_script("readme-picture").check
     good = {"points": [11, 12], "lines": 2, "names": ["a · slope -0.2/nat, R² 0.75", "b · slope -0.2/nat, R² 0.8"],
             "x0": 0.0, "y0": 0.0}
     assert check(good) == []

@@ -4,8 +4,6 @@ its test selection as the lent machine's image will meet it (without the package
 from __future__ import annotations
 
 import ast
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,17 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check"
-
-
-def _gpu_check():
-    """scripts/gpu-check as a module (it has no .py suffix)."""
-    loader = importlib.machinery.SourceFileLoader("gpu_check", str(SCRIPT))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
-    loader.exec_module(module)
-    return module
 
 
 def _pytest_stages(stages: dict) -> dict:
@@ -53,7 +44,7 @@ def test_smoke_runs_every_stage_and_writes_one_table(tmp_path):
 
 
 def test_the_smoke_runs_the_gpu_test_selection_and_every_other_stage_but_one_named():
-    gpu_check = _gpu_check()
+    gpu_check = load_script("gpu-check")
     assert sum(budget for budget, _ in gpu_check.GPU.values()) <= 8 * 60  # the GPU stages fit 8 minutes
     assert _pytest_stages(gpu_check.SMOKE) == _pytest_stages(gpu_check.GPU) != {}
     assert set(gpu_check.SMOKE).isdisjoint(gpu_check.SMOKE_LEAVES_OUT)
@@ -67,7 +58,7 @@ def _uses_the_cuda_mark(source: str) -> bool:
 
 
 def test_every_file_of_cuda_marked_tests_is_in_the_selection():
-    gpu_check = _gpu_check()
+    gpu_check = load_script("gpu-check")
     marked = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py") if _uses_the_cuda_mark(p.read_text())}
     assert marked == set(gpu_check.CUDA_TESTS) | set(gpu_check.GRAPH_TESTS)
 
@@ -87,7 +78,7 @@ def test_the_selection_collects_without_the_packages_the_lent_image_lacks(tmp_pa
     """The pytest stages' selection (one collection of all their files), collected with the packages the lent image
     lacks blocked, is the same tests as in this venv, without an error: a test module that imports one of them (through
     bebop.plots, say) fails here."""
-    gpu_check = _gpu_check()
+    gpu_check = load_script("gpu-check")
     stages = list(_pytest_stages(gpu_check.GPU).values())
     assert all(args[:len(gpu_check.PYTEST)] == gpu_check.PYTEST for args in stages)
     selection = [*gpu_check.PYTEST, *(a for args in stages for a in args[len(gpu_check.PYTEST):])]
