@@ -4,7 +4,7 @@ At V = 151,936, [B, T, γ, V] float32 logits are gigabytes, so these functions t
 backbone's hidden states at the aligned positions instead, and only valid anchors reach the LM head, one way or the
 other:
 
-    whole vocabulary   the rows go through all of W [V, d], `chunk_rows` at a time (default about CHUNK_ELEMENTS / V),
+    whole vocabulary   the rows go through all of W [V, d], `chunk_rows` at a time (default `default_chunk_rows`),
                        each chunk checkpointed: backward recomputes its logits, so the graph holds [M·γ, d] rows and
                        per-row values, never [M·γ, V] logits. Equal to `draft_loss` on the dense logits.
     draft vocabulary   `draft_ids` [K] (bebop.draft_vocab): the draft's logits are its rows of S only (W_S [K, d]),
@@ -29,9 +29,19 @@ from bebop.draft_vocab import check_ids, log_normaliser, target_logp
 from bebop.losses import (OBJECTIVES, anchor_losses, check_labels, check_mask, check_temperature, step_values,
                           step_values_on_vocab)
 
-# Logit elements per chunk: one float32 [rows, V or K] chunk stays near 32 MB, so the few such blocks a loss keeps
-# alive per chunk are small next to any model.
-CHUNK_ELEMENTS = 1 << 23
+# Logit elements per chunk: a float32 [rows, V or K] block of 4 MiB. glibc maps every block of 32 MiB or more from the
+# kernel and unmaps it on free, so chunks of that size (8M elements, until 2026-12-07) faulted their pages in afresh
+# for every chunk of every step; blocks well under it are reused from the heap, which made train-mtp's steps over
+# SmolLM2's draft vocabulary faster and their heap smaller (docs/real-model.md).
+CHUNK_ELEMENTS = 1 << 20
+# Rows per chunk at least: each chunk reads the whole weight once, so over a whole vocabulary (SmolLM2's 49,152 ids:
+# 21 rows by the elements alone) a chunk keeps enough rows for that read to pay.
+MIN_CHUNK_ROWS = 64
+
+
+def default_chunk_rows(width: int) -> int:
+    """Rows per chunk when a caller names none, for logits `width` wide (V or K)."""
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // width)
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,7 @@ def acceptances_from_hidden(draft_hidden: torch.Tensor, target_hidden: torch.Ten
         draft_rows, target_rows, mask = _hidden_rows(draft_hidden, target_hidden, lm_head_weight, mask)  # [M·γ, d]
         lse_rows = _lse_rows(readout, target_rows, mask, draft_hidden.shape[:3])  # [M·γ] | None
         weight = lm_head_weight.detach() if draft_ids is None else lm_head_weight.detach()[draft_ids]  # [V | K, d]
-        rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+        rows = chunk_rows or default_chunk_rows(weight.shape[0])
         parts = [_rows_acceptances(draft, target, weight, temperature,
                                    None if lse_rows is None else lse_rows[i * rows:(i + 1) * rows])
                  for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows)))]
@@ -208,7 +218,7 @@ def _chunked_step_values(objective: str, draft_rows: torch.Tensor, target_rows: 
     weight = readout.weight.detach()  # [V, d]
     if readout.draft_ids is not None:
         weight = weight[readout.draft_ids]  # [K, d]: W_S, gathered once for every chunk
-    rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+    rows = chunk_rows or default_chunk_rows(weight.shape[0])
     values, alphas = [], []
     for i, (draft, target) in enumerate(zip(draft_rows.split(rows), target_rows.split(rows))):
         part = slice(i * rows, (i + 1) * rows)

@@ -16,7 +16,8 @@ from bebop.losses import (
     expected_accepted,
     tv_distance,
 )
-from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden, draft_loss_from_hidden
+from bebop.losses_from_hidden import (MIN_CHUNK_ROWS, acceptance_alpha_from_hidden, default_chunk_rows,
+                                      draft_loss_and_alpha_from_hidden, draft_loss_from_hidden)
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
@@ -419,6 +420,29 @@ def test_acceptance_alpha_from_hidden_is_alpha_at_valid_anchors():
         chunked = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.9,
                                                chunk_rows=7)
     torch.testing.assert_close(chunked, dense)
+
+
+# glibc maps every block over its largest mmap threshold (32 MiB on 64-bit) from the kernel and unmaps it on free
+GLIBC_MMAP_THRESHOLD_MAX = 32 << 20
+
+
+@pytest.mark.parametrize("width", [8192, 49152])  # SmolLM2's draft vocabulary and its whole vocabulary
+def test_default_chunks_stay_in_the_heap_and_keep_enough_rows(width):
+    """A chunk's float32 [rows, width] block stays under glibc's mmap threshold, so its pages are reused from the
+    heap instead of being mapped and faulted in afresh for every chunk (docs/real-model.md); over a whole vocabulary
+    a chunk keeps MIN_CHUNK_ROWS rows for its read of the weight."""
+    rows = default_chunk_rows(width)
+    assert rows >= MIN_CHUNK_ROWS
+    assert rows * width * 4 <= GLIBC_MMAP_THRESHOLD_MAX // 2
+
+
+def test_the_default_chunks_give_the_values_of_any_other():
+    draft_hidden, target_hidden, weight, mask, labels = _hidden_case(seed=11)
+    with torch.no_grad():
+        chunked = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.9)
+        by_row = acceptance_alpha_from_hidden(draft_hidden, target_hidden, weight, mask=mask, temperature=0.9,
+                                              chunk_rows=1)
+    torch.testing.assert_close(chunked, by_row)
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)

@@ -67,6 +67,9 @@ def test_the_full_recipe_adapts_every_objective_from_the_kl_base(tmp_path):
     # every stage trains on the same corpus: the same tasks, answers and sampling settings
     data = ("--tasks", "--num-sequences", "--max-new-tokens", "--temperature")
     assert len({tuple(flags[flags.index(d) + 1] for d in data) for flags in stages.values()}) == 1
+    assert all("--data" not in flags for flags in stages.values())  # train-mtp's default: $BEBOP_CACHE/corpus
+    kept = script.stages(script.parse([str(tmp_path / "heads"), "--data", str(tmp_path / "corpus")]))
+    assert all(flags[flags.index("--data") + 1] == str(tmp_path / "corpus") for flags in kept.values())
 
 
 def test_bad_arguments_and_a_used_out_are_refused_in_one_line_before_any_work(tmp_path):

@@ -80,8 +80,9 @@ def test_seeded_training_is_reproducible(policy, tmp_path):
 
 
 def test_the_steps_hand_their_freed_memory_back_every_release_every_steps(policy, tmp_path, monkeypatch):
-    """After every RELEASE_EVERY-th step, its batch dropped, the freed blocks go back to the OS (bebop.host_memory):
-    without it a long run's resident memory climbs with the steps (docs/real-model.md)."""
+    """Once before the first step (what generating the corpus and the backbone's pass freed) and after every
+    RELEASE_EVERY-th step, its batch dropped, the freed blocks go back to the OS (bebop.host_memory): without it a
+    long run's resident memory climbs with the steps (docs/real-model.md)."""
     import bebop.heads.train as heads_train
 
     model, tokenizer = policy
@@ -92,7 +93,7 @@ def test_the_steps_hand_their_freed_memory_back_every_release_every_steps(policy
     real_step = heads_train.train_step
     monkeypatch.setattr(heads_train, "train_step", lambda *a, **k: (events.append("step"), real_step(*a, **k))[1])
     train_mtp(model, tokenizer, config, tmp_path / "a", data=CorpusSource(tmp_path / "d"))
-    assert events == ["step"] * 3 + ["release"] + ["step"] * 3 + ["release"] + ["step"]
+    assert events == ["release"] + ["step"] * 3 + ["release"] + ["step"] * 3 + ["release"] + ["step"]
 
 
 def test_runs_sharing_batches_run_the_backbone_once_and_train_as_alone(policy, tmp_path, monkeypatch):

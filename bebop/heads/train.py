@@ -96,6 +96,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run: RunSes
         say = _teller(session)
         corpus = _corpus(model, tokenizer, tasks, data, session, say)
         head, weight, train, held = _prepare(model, tokenizer, tasks, corpus, session, say, data)
+        release_freed_memory()  # what generating the corpus and the backbone's pass freed, before the steps' heap
         head.name_or_path = None if out is None else str(out)  # where this head goes (not the --init it started from)
         session.writer.update_meta(head=head_meta(head))  # its draft vocabulary is chosen by now
         trainee = Trainee.start(head.to(session.device), model, weight, config)

@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bebop.losses_from_hidden import CHUNK_ELEMENTS
+from bebop.losses_from_hidden import default_chunk_rows
 from bebop.metrics import ENTROPY_BIN_EDGES, derive
 from bebop.models.mtp import chain_targets
 from bebop.sampling import entropy, probs_from_logits
@@ -59,7 +59,7 @@ def position_entropy(hidden: torch.Tensor, weight: torch.Tensor, needed: torch.T
     [N, L]."""
     out = torch.zeros(needed.shape, dtype=torch.float32, device=hidden.device)  # [N, L]
     rows = hidden[needed]  # [P, d]
-    chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+    chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0])
     values = [entropy(probs_from_logits(F.linear(part.to(weight.dtype), weight), temperature))  # [R]
               for part in rows.split(chunk_rows)]
     if values:
