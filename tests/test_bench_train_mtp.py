@@ -41,6 +41,21 @@ def test_one_run_writes_every_variant(tmp_path, capsys):
     assert "peak dense / chunked" in capsys.readouterr().out
 
 
+def test_each_chunk_size_runs_the_chunked_steps_again_with_the_same_loss(tmp_path, capsys):
+    """--chunk-elements: the chunked steps once per chunk size, each in its own process at that size (the first loss
+    the same whatever the chunks: they split rows, not the function), dense once."""
+    path = tmp_path / "chunks.json"
+    assert main(["bench", "train-mtp", *TINY, "--draft-vocab", "40", "--chunk-elements", "4096", "64",
+                 "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["results"]
+    assert [(r["variant"], r["chunk_elements"]) for r in rows] == [
+        ("dense", 4096), ("chunked", 4096), (40, 4096), ("chunked", 64), (40, 64)]
+    for big, small in ((rows[1], rows[3]), (rows[2], rows[4])):
+        assert small["losses"][0][0] == pytest.approx(big["losses"][0][0], rel=1e-5)
+    out = capsys.readouterr().out
+    assert "chunked: time at 64 elements per chunk / at 4,096" in out and "draft vocab 40: time at 64" in out
+
+
 @pytest.mark.parametrize("args, match", [
     (["--vocab", "0"], "--vocab must be >= 1"),
     (["--seq-len", "8", "--prompt-len", "4", "--depth", "5"], "--seq-len 8 leaves no anchor"),
@@ -49,6 +64,7 @@ def test_one_run_writes_every_variant(tmp_path, capsys):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     (["--hidden-size", "7"], "--hidden-size must be an even number"),
     (["--vocab", "300", "--draft-vocab", "301"], "--draft-vocab sizes must lie in 1..--vocab (300)"),
+    (["--chunk-elements", "0"], "--chunk-elements must each be >= 1"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, match, capsys):
     assert main(["bench", "train-mtp", *args]) == 2

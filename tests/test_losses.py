@@ -433,7 +433,7 @@ def test_default_chunks_stay_in_the_heap_and_keep_enough_rows(width):
     a chunk keeps MIN_CHUNK_ROWS rows for its read of the weight."""
     rows = default_chunk_rows(width)
     assert rows >= MIN_CHUNK_ROWS
-    assert rows * width * 4 <= GLIBC_MMAP_THRESHOLD_MAX // 2
+    assert rows * width * 4 < GLIBC_MMAP_THRESHOLD_MAX
 
 
 def test_the_default_chunks_give_the_values_of_any_other():

@@ -3,6 +3,7 @@ heads over draft vocabularies of K ids, side by side.
 
     bebop bench train-mtp --vocab 151936            # B = 4, T = 128, depth 5, e2e TV, Qwen3-0.6B's width
     bebop bench train-mtp --vocab 49152 --hidden-size 576 --draft-vocab 4096 8192 16384   # SmolLM2's LM head
+    bebop bench train-mtp --vocab 49152 --hidden-size 576 --draft-vocab 8192 --chunk-elements 8388608 1048576
 
 Both variants take the same AdamW step of `bebop train-mtp` on the same random-init backbone (one decoder layer
 by default; the step's memory is the head's and the LM head's, not the backbone's) and the same random batch,
@@ -16,6 +17,10 @@ whose first `--prompt-len` tokens are prompt (their anchors are not trained):
              together (`bebop.losses_from_hidden.draft_loss_and_alpha_from_hidden`)
     K        the same step for a head over a draft vocabulary of K ids (`--draft-vocab`): the batch also caches each
              position's log-normaliser (one float), and only the LM head's K rows of S run in the step
+
+With `--chunk-elements N ...` the chunked steps (whole vocabulary and each K) run once per chunk size, logit elements
+per chunk (`bebop.losses_from_hidden.CHUNK_ELEMENTS`, the chunk train-mtp uses), each in its own process, and the
+summary gives each one's time over the first size's.
 
 Each variant runs in a fresh process (`bebop.commands.bench.worker`): the model, the batch, the head, its
 optimiser state and one warm-up step on a short batch exist before the peak window opens, so the peak is what
@@ -42,12 +47,13 @@ from bebop.draft_vocab import log_normaliser
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import anchor_mask
 from bebop.heads.step import lm_head_weight, new_head, train_step
+from bebop import losses_from_hidden
 from bebop.losses import OBJECTIVES, acceptance_alpha, draft_loss
+from bebop.losses_from_hidden import CHUNK_ELEMENTS
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import chain_targets
 from bebop.models.transformer import Transformer
 
-VARIANTS = ("dense", "chunked")
 LR = 1e-4
 
 
@@ -63,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backbone width (default: Qwen3-0.6B's shape, d = 1024; else the tiny preset's shape)")
     parser.add_argument("--draft-vocab", type=int, nargs="*", default=[], metavar="K",
                         help="also time heads over draft vocabularies of these sizes (default: none)")
+    parser.add_argument("--chunk-elements", type=int, nargs="+", default=None, metavar="N",
+                        help="time the chunked steps with N logit elements per chunk, each N in its own run "
+                             f"(default: train-mtp's, {CHUNK_ELEMENTS})")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per variant; the median is reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
@@ -73,6 +82,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("vocab", "batch_size", "depth", "layers", "steps", "threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.chunk_elements is not None and min(args.chunk_elements) < 1:
+        raise ValueError(f"--chunk-elements must each be >= 1, got {args.chunk_elements}")
     if args.prompt_len < 0:
         raise ValueError(f"--prompt-len must be >= 0, got {args.prompt_len}")
     if args.seq_len < args.prompt_len + args.depth + 2:
@@ -137,6 +148,7 @@ def dense_step(head, model, batch: dict, optimizer, config: TrainMTPConfig, use_
 def worker(spec: dict) -> dict:
     """One variant in a fresh process: step times, peak memory above the set-up baseline, losses."""
     torch.set_num_threads(spec["threads"])
+    losses_from_hidden.CHUNK_ELEMENTS = spec["chunk_elements"]  # the knob under test, in this worker process only
     use_bf16 = resolve_dtype(spec["dtype"], spec["device"]) == torch.bfloat16
     model = _model(spec)
     config = TrainMTPConfig(objective=spec["objective"], depth=spec["depth"])
@@ -162,7 +174,8 @@ def worker(spec: dict) -> dict:
         start = time.perf_counter()
         losses.append(step(batch))
         seconds.append(time.perf_counter() - start)
-    return {"variant": spec["variant"], "seconds": seconds, "peak_bytes": peak(spec["device"]) - baseline,
+    return {"variant": spec["variant"], "chunk_elements": spec["chunk_elements"], "seconds": seconds,
+            "peak_bytes": peak(spec["device"]) - baseline,
             "cache_bytes_per_seq": cache_bytes / spec["batch_size"], "losses": losses,
             "anchors": int(batch["mask"].sum()), "bf16": use_bf16}
 
@@ -174,31 +187,42 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
 
     table = Table(title=f"one train-mtp step ({args.objective}), V = {args.vocab}, B = {args.batch_size}, "
                         f"T = {args.seq_len}, depth {args.depth}, on {args.device} (median time; peak above setup)")
-    for col in ("variant", "s/step", "peak MiB", "cache MiB/seq", "first loss", "trained anchors"):
+    for col in ("variant", "chunk", "s/step", "peak MiB", "cache MiB/seq", "first loss", "trained anchors"):
         table.add_column(col, justify="right")
     for r in rows:
-        name = f"draft vocab {r['variant']}" if isinstance(r["variant"], int) else r["variant"]
-        table.add_row(name, f"{r['seconds_median']:.2f}", f"{r['peak_mib']:.0f}",
-                      f"{r['cache_bytes_per_seq'] / 2**20:.2f}", f"{r['losses'][0][0]:.6f}", str(r["anchors"]))
+        table.add_row(_name(r), "" if r["variant"] == "dense" else f"{r['chunk_elements']:,}",
+                      f"{r['seconds_median']:.2f}", f"{r['peak_mib']:.0f}", f"{r['cache_bytes_per_seq'] / 2**20:.2f}",
+                      f"{r['losses'][0][0]:.6f}", str(r["anchors"]))
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # logs and pipes: keep every column readable
     console.print(table)
     dense, chunked = rows[:2]
+    first = [r for r in rows[1:] if r["chunk_elements"] == chunked["chunk_elements"]]  # the first chunk size's
     print(f"peak dense / chunked: {dense['peak_mib'] / max(chunked['peak_mib'], 1e-9):.1f}x; "
           f"time dense / chunked: {dense['seconds_median'] / chunked['seconds_median']:.2f}x")
-    for r in rows[2:]:
+    for r in first[1:]:
         print(f"time chunked full vocabulary / draft vocabulary {r['variant']}: "
               f"{chunked['seconds_median'] / r['seconds_median']:.2f}x")
+    for r in rows[1 + len(first):]:
+        base = next(b for b in first if b["variant"] == r["variant"])
+        print(f"{_name(r)}: time at {r['chunk_elements']:,} elements per chunk / at {base['chunk_elements']:,}: "
+              f"{r['seconds_median'] / base['seconds_median']:.2f}x; peak {r['peak_mib']:.0f} / {base['peak_mib']:.0f} MiB")
+
+
+def _name(row: dict) -> str:
+    return f"draft vocab {row['variant']}" if isinstance(row["variant"], int) else row["variant"]
 
 
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     spec = {k: getattr(args, k) for k in ("vocab", "batch_size", "seq_len", "prompt_len", "depth", "objective",
                                          "layers", "hidden_size", "steps", "dtype", "threads", "device")}
+    chunks = args.chunk_elements or [CHUNK_ELEMENTS]
+    runs = [("dense", chunks[0])] + [(v, c) for c in chunks for v in ("chunked", *args.draft_vocab)]  # dense: no chunks
     rows = []
-    for variant in (*VARIANTS, *args.draft_vocab):
-        result = spawn("bebop.commands.bench.train_mtp", {**spec, "variant": variant})
+    for variant, chunk in runs:
+        result = spawn("bebop.commands.bench.train_mtp", {**spec, "variant": variant, "chunk_elements": chunk})
         rows.append({**result, "seconds_median": statistics.median(result["seconds"]),
                      "peak_mib": result["peak_bytes"] / 2**20})
     _print_table(rows, args)
