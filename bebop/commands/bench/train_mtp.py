@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from bebop import losses_from_hidden
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.commands.device_args import add_device_args
 from bebop.device import resolve_device, resolve_dtype
@@ -47,9 +48,7 @@ from bebop.draft_vocab import log_normaliser
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import anchor_mask
 from bebop.heads.step import lm_head_weight, new_head, train_step
-from bebop import losses_from_hidden
 from bebop.losses import OBJECTIVES, acceptance_alpha, draft_loss
-from bebop.losses_from_hidden import CHUNK_ELEMENTS
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import chain_targets
 from bebop.models.transformer import Transformer
@@ -71,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time heads over draft vocabularies of these sizes (default: none)")
     parser.add_argument("--chunk-elements", type=int, nargs="+", default=None, metavar="N",
                         help="time the chunked steps with N logit elements per chunk, each N in its own run "
-                             f"(default: train-mtp's, {CHUNK_ELEMENTS})")
+                             f"(default: train-mtp's, {losses_from_hidden.CHUNK_ELEMENTS})")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per variant; the median is reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
@@ -218,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     spec = {k: getattr(args, k) for k in ("vocab", "batch_size", "seq_len", "prompt_len", "depth", "objective",
                                          "layers", "hidden_size", "steps", "dtype", "threads", "device")}
-    chunks = args.chunk_elements or [CHUNK_ELEMENTS]
+    chunks = args.chunk_elements or [losses_from_hidden.CHUNK_ELEMENTS]
     runs = [("dense", chunks[0])] + [(v, c) for c in chunks for v in ("chunked", *args.draft_vocab)]  # dense: no chunks
     rows = []
     for variant, chunk in runs:
