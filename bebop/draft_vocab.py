@@ -21,8 +21,22 @@ from __future__ import annotations
 
 import torch
 
-# Rows of hidden states per chunk in `probability_mass`: a float32 [rows, V] block near 32 MB at V = 49,152.
-MASS_CHUNK_ELEMENTS = 1 << 23
+# The row chunks of every pass of rows through an LM head (this module's, and bebop.losses_from_hidden's).
+# Logit elements per chunk: a float32 [rows, V or K] block of 4 MiB. glibc maps every block of 32 MiB or more from the
+# kernel and unmaps it on free, so chunks of that size (8M elements, until 2026-12-07) faulted their pages in afresh
+# for every chunk of every step; blocks well under it are reused from the heap, which made train-mtp's steps over
+# SmolLM2's draft vocabulary faster and their heap smaller, and this module's pass through the whole LM head a little
+# faster (docs/real-model.md).
+CHUNK_ELEMENTS = 1 << 20
+# Rows per chunk at least: each chunk reads the whole weight once, so over a whole vocabulary (SmolLM2's 49,152 ids:
+# 21 rows by the elements alone) a chunk keeps enough rows for that read to pay (128 rows there: a 24 MiB block,
+# still under the size glibc always maps; 64 were slower than the old 170-row chunks in a step's backward).
+MIN_CHUNK_ROWS = 128
+
+
+def default_chunk_rows(width: int) -> int:
+    """Rows per chunk when a caller names none, for logits `width` wide (V or K)."""
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // width)
 
 
 def check_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -87,7 +101,7 @@ def probability_mass(hidden: torch.Tensor, lm_head_weight: torch.Tensor, tempera
                          f"{tuple(lm_head_weight.shape)}")
     if counted is not None and counted.shape != hidden.shape[:1]:
         raise ValueError(f"counted must be [N] = [{hidden.shape[0]}], got {tuple(counted.shape)}")
-    rows = chunk_rows or max(1, MASS_CHUNK_ELEMENTS // lm_head_weight.shape[0])
+    rows = chunk_rows or default_chunk_rows(lm_head_weight.shape[0])
     mass = torch.zeros(lm_head_weight.shape[0], dtype=torch.float64, device=hidden.device)  # [V]
     lse = []
     for i, block in enumerate(hidden.split(rows)):

@@ -25,24 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from bebop.draft_vocab import check_ids, log_normaliser, target_logp
+from bebop.draft_vocab import check_ids, default_chunk_rows, log_normaliser, target_logp
 from bebop.losses import (OBJECTIVES, anchor_losses, check_labels, check_mask, check_temperature, step_values,
                           step_values_on_vocab)
-
-# Logit elements per chunk: a float32 [rows, V or K] block of 4 MiB. glibc maps every block of 32 MiB or more from the
-# kernel and unmaps it on free, so chunks of that size (8M elements, until 2026-12-07) faulted their pages in afresh
-# for every chunk of every step; blocks well under it are reused from the heap, which made train-mtp's steps over
-# SmolLM2's draft vocabulary faster and their heap smaller (docs/real-model.md).
-CHUNK_ELEMENTS = 1 << 20
-# Rows per chunk at least: each chunk reads the whole weight once, so over a whole vocabulary (SmolLM2's 49,152 ids:
-# 21 rows by the elements alone) a chunk keeps enough rows for that read to pay (128 rows there: a 24 MiB block,
-# still under the size glibc always maps; 64 were slower than the old 170-row chunks in a step's backward).
-MIN_CHUNK_ROWS = 128
-
-
-def default_chunk_rows(width: int) -> int:
-    """Rows per chunk when a caller names none, for logits `width` wide (V or K)."""
-    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // width)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from bebop.draft_vocab import MIN_CHUNK_ROWS, default_chunk_rows
 from bebop.losses import (
     LOG_PROB_FLOOR,
     OBJECTIVES,
@@ -16,8 +17,8 @@ from bebop.losses import (
     expected_accepted,
     tv_distance,
 )
-from bebop.losses_from_hidden import (MIN_CHUNK_ROWS, acceptance_alpha_from_hidden, default_chunk_rows,
-                                      draft_loss_and_alpha_from_hidden, draft_loss_from_hidden)
+from bebop.losses_from_hidden import (acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden,
+                                      draft_loss_from_hidden)
 from bebop.models.config import ModelConfig
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer

@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bebop.losses_from_hidden import default_chunk_rows
+from bebop.draft_vocab import default_chunk_rows
 from bebop.metrics import ENTROPY_BIN_EDGES, derive
 from bebop.models.mtp import chain_targets
 from bebop.sampling import entropy, probs_from_logits

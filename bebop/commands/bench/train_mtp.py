@@ -19,7 +19,7 @@ whose first `--prompt-len` tokens are prompt (their anchors are not trained):
              position's log-normaliser (one float), and only the LM head's K rows of S run in the step
 
 With `--chunk-elements N ...` the chunked steps (whole vocabulary and each K) run once per chunk size, logit elements
-per chunk (`bebop.losses_from_hidden.CHUNK_ELEMENTS`, the chunk train-mtp uses), each in its own process, and the
+per chunk (`bebop.draft_vocab.CHUNK_ELEMENTS`, the chunk train-mtp uses), each in its own process, and the
 summary gives each one's time over the first size's.
 
 Each variant runs in a fresh process (`bebop.commands.bench.worker`): the model, the batch, the head, its
@@ -40,11 +40,10 @@ from pathlib import Path
 
 import torch
 
-from bebop import losses_from_hidden
+from bebop import draft_vocab
 from bebop.commands.bench.worker import check_peak_supported, peak, reset_peak, spawn
 from bebop.commands.device_args import add_device_args
 from bebop.device import resolve_device, resolve_dtype
-from bebop.draft_vocab import log_normaliser
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import anchor_mask
 from bebop.heads.step import lm_head_weight, new_head, train_step
@@ -70,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time heads over draft vocabularies of these sizes (default: none)")
     parser.add_argument("--chunk-elements", type=int, nargs="+", default=None, metavar="N",
                         help="time the chunked steps with N logit elements per chunk, each N in its own run "
-                             f"(default: train-mtp's, {losses_from_hidden.CHUNK_ELEMENTS})")
+                             f"(default: train-mtp's, {draft_vocab.CHUNK_ELEMENTS})")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per variant; the median is reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
@@ -122,8 +121,8 @@ def _batch(model: Transformer, spec: dict, batch: int, seq_len: int, use_bf16: b
         logits, hidden = model(tokens, compute_logits=spec["variant"] == "dense")  # [B, T, V] | None, [B, T, d]
     out = {"tokens": tokens, "mask": mask, "hidden": hidden}
     if isinstance(spec["variant"], int):  # a draft vocabulary: each position's log-normaliser, cached
-        out["lse"] = log_normaliser(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight(model, use_bf16)).reshape(
-            batch, seq_len)
+        weight = lm_head_weight(model, use_bf16)
+        out["lse"] = draft_vocab.log_normaliser(hidden.reshape(-1, hidden.shape[-1]), weight).reshape(batch, seq_len)
     return out if logits is None else {**out, "logits": logits}
 
 
@@ -147,7 +146,7 @@ def dense_step(head, model, batch: dict, optimizer, config: TrainMTPConfig, use_
 def worker(spec: dict) -> dict:
     """One variant in a fresh process: step times, peak memory above the set-up baseline, losses."""
     torch.set_num_threads(spec["threads"])
-    losses_from_hidden.CHUNK_ELEMENTS = spec["chunk_elements"]  # the knob under test, in this worker process only
+    draft_vocab.CHUNK_ELEMENTS = spec["chunk_elements"]  # the knob under test, in this worker process only
     use_bf16 = resolve_dtype(spec["dtype"], spec["device"]) == torch.bfloat16
     model = _model(spec)
     config = TrainMTPConfig(objective=spec["objective"], depth=spec["depth"])
@@ -217,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     spec = {k: getattr(args, k) for k in ("vocab", "batch_size", "seq_len", "prompt_len", "depth", "objective",
                                          "layers", "hidden_size", "steps", "dtype", "threads", "device")}
-    chunks = args.chunk_elements or [losses_from_hidden.CHUNK_ELEMENTS]
+    chunks = args.chunk_elements or [draft_vocab.CHUNK_ELEMENTS]
     runs = [("dense", chunks[0])] + [(v, c) for c in chunks for v in ("chunked", *args.draft_vocab)]  # dense: no chunks
     rows = []
     for variant, chunk in runs:
