@@ -133,16 +133,16 @@ def test_task_prompts_a_draft_vocabulary_and_prompt_lookup(tmp_path):
 
 def test_temperature_reaches_every_engine(tmp_path, monkeypatch):
     """--temperature is the sampling temperature of bebop's engine and of HF generate() alike, and is recorded."""
-    from bebop.commands.bench import engine as bench
+    from bebop.commands.bench import hf_peer
     from bebop.engine import Engine
 
     seen = []
-    generate, hf_generate = Engine.generate, bench.hf_generate
+    generate, hf_generate = Engine.generate, hf_peer.hf_generate
     monkeypatch.setattr(Engine, "generate", lambda self, prompts, config, *a, **k: seen.append(
         ("bebop", config.temperature)) or generate(self, prompts, config, *a, **k))
-    monkeypatch.setattr(bench, "hf_generate", lambda target, prompts, mask, new_tokens, temperature, assistant=None:
+    monkeypatch.setattr(hf_peer, "hf_generate", lambda target, prompts, mask, new_tokens, temperature, *a:
                         seen.append(("hf", temperature)) or hf_generate(target, prompts, mask, new_tokens,
-                                                                        temperature, assistant))
+                                                                        temperature, *a))
     path = tmp_path / "engine.json"
     assert main(["bench", "engine", "--models", "tiny", "--batch", "1", "--gamma", "1", "--new-tokens", "4",
                  "--prompt-len", "4", "--repeats", "1", "--threads", "1", "--no-compile", "--temperature", "0.5",
@@ -227,8 +227,9 @@ def test_pooled_stats_sum_the_counters_and_derive_the_rates_again():
 
 def test_stop_ends_rows_at_the_tasks_stops_and_times_each_round_per_generated_token(tmp_path, monkeypatch):
     """--stop: every bebop cell decodes with the task's stops (as a rollout does), and a cell's round seconds are
-    scaled to the fixed token count by the tokens that round generated; without --task, or beside a peer that
-    decodes a fixed count, it is refused in one line."""
+    scaled to the fixed token count by the tokens that round generated (HF generate()'s cells too); without --task
+    it is refused in one line."""
+    from bebop.commands.bench.hf_peer import HFCell
     from bebop.commands.bench.prompt_sets import SetsCell, per_generated_token
     from bebop.default import DEFAULT_DIR
     from bebop.engine import Engine
@@ -242,9 +243,37 @@ def test_stop_ends_rows_at_the_tasks_stops_and_times_each_round_per_generated_to
                  "--gamma", "2", "--methods", "rs", "--new-tokens", "6", "--repeats", "1", "--threads", "1",
                  "--no-compile", "--no-hf", "--no-costs", "--json", str(path)]) == 0
     assert stops and all(stops)  # every call had the task's stop tokens
-    cell = SetsCell(None, [], None)
-    cell.tokens = [9, 4, 12]  # warm-up, then two rounds
-    timed = per_generated_token({"a": ([2.0, 3.0], "r"), "b": ([1.0], "s")}, {"a": cell, "b": lambda: None}, 8)
-    assert timed == {"a": ([4.0, 2.0], "r"), "b": ([1.0], "s")}
+    cell, hf = SetsCell(None, [], None), HFCell(None, [], None, 8, 1.0)
+    cell.tokens, hf.tokens = [9, 4, 12], [5, 2]  # warm-up, then the rounds
+    timed = per_generated_token({"a": ([2.0, 3.0], "r"), "b": ([1.0], "s"), "h": ([3.0], "t")},
+                                {"a": cell, "b": lambda: None, "h": hf}, 8)
+    assert timed == {"a": ([4.0, 2.0], "r"), "b": ([1.0], "s"), "h": ([12.0], "t")}
     assert main(["bench", "engine", "--stop", "--no-hf"]) == 2
-    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--stop"]) == 2
+    # HF generate() ends rows at token ids only: a task with a multi-token stop string needs --no-hf
+    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "agent", "--stop"]) == 2
+
+
+def test_stop_ends_hf_generates_rows_at_the_tasks_stops_too(tmp_path, monkeypatch):
+    """--stop beside HF generate(): it is handed the task's stop ids, and its tokens are counted through each row's
+    first stop, so its rounds too are timed per generated token."""
+    from bebop.commands.bench import hf_peer
+    from bebop.default import DEFAULT_DIR
+
+    seen, generate = [], hf_peer.hf_generate
+    monkeypatch.setattr(hf_peer, "hf_generate", lambda *a, **k: seen.append(a[6]) or generate(*a, **k))
+    path = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--stop", "--batch", "1",
+                 "--gamma", "1", "--methods", "rs", "--new-tokens", "6", "--repeats", "1", "--threads", "1",
+                 "--no-compile", "--no-costs", "--json", str(path)]) == 0
+    assert seen and all(stops for stops in seen)  # plain and assisted, warm-up and round, all with the stops
+    records = json.loads(path.read_text())
+    assert {(r["engine"], r["mode"]) for r in records if r["engine"] == "hf"} == {("hf", "plain"), ("hf", "assisted")}
+
+
+def test_hf_tokens_are_counted_through_each_rows_first_stop():
+    from bebop.commands.bench.hf_peer import generated_tokens
+
+    sequences = torch.tensor([[9, 9, 1, 2, 7, 7], [9, 9, 7, 3, 4, 5], [9, 9, 1, 2, 3, 4]])  # 2 prompt tokens each
+    assert generated_tokens(sequences, 2, (7,)) == 3 + 1 + 4  # the stop counted; past it HF pads
+    assert generated_tokens(sequences, 2, (7, 3)) == 3 + 1 + 3
+    assert generated_tokens(sequences, 2) == 12  # no stops: every new token

@@ -63,6 +63,20 @@ def test_bench_engine_times_vllm_beside_bebop(tmp_path):
     assert "bebop plain / vLLM" in done.stdout
 
 
+def test_bench_engine_with_stop_times_vllm_beside_bebop(tmp_path):
+    """--stop beside vLLM: its rows get the task's stops as bebop's do (the engine's config, which VLLMEngine hands
+    vLLM as stop_token_ids: tests/test_vllm_backend.py), and its rounds are timed per generated token."""
+    from bebop.default import DEFAULT_DIR
+
+    records_file = tmp_path / "bench.json"
+    done = _bebop("bench", "engine", "--policy", str(DEFAULT_DIR), "--task", "math", "--stop", "--batch", "2",
+                  "--gamma", "1", "--methods", "rs", "--new-tokens", "8", "--repeats", "1", "--no-compile",
+                  "--no-costs", "--peers", "vllm", "--json", str(records_file))
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = next(r for r in json.loads(records_file.read_text()) if r["engine"] == "vllm")
+    assert served["prompts"] == "math" and served["tokens_per_s"] > 0 and served["bebop_plain_over_vllm"] > 0
+
+
 def test_a_corrupt_head_pushed_into_vllm_raises_the_draft_health_alarm(tmp_path):
     """The draft-health monitor on vLLM's counters (per position, no entropy bins): quiet while the pushed head is
     the trained one, an alarm once a stretch of steps after a push that sends a head of random weights, and on every

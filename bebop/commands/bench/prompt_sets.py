@@ -68,11 +68,12 @@ def with_stops(args, config: GenerationConfig, tokenizer, vocab_size: int) -> tu
 
 
 def per_generated_token(timed: dict, cells: dict, tokens: int) -> dict:
-    """`interleaved`'s {key: (seconds per round, result)} with each `SetsCell`'s rounds scaled to `tokens` generated
-    tokens (rows that stop make fewer, and differ from cell to cell by their sample paths); other cells as timed."""
+    """`interleaved`'s {key: (seconds per round, result)} with the rounds of each cell that counts its tokens
+    (`SetsCell`, the HF peer's `HFCell`: a `tokens` list) scaled to `tokens` generated tokens (rows that stop make
+    fewer, and differ from cell to cell by their sample paths); other cells (the step-cost probes) as timed."""
     out = dict(timed)
     for key, cell in cells.items():
-        if isinstance(cell, SetsCell):
+        if getattr(cell, "tokens", None) is not None:
             seconds, result = timed[key]
             out[key] = ([s * tokens / n for s, n in zip(seconds, cell.tokens[1:], strict=True)], result)
     return out
