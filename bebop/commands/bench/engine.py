@@ -6,10 +6,10 @@ For each model and batch size it measures, side by side:
     and assisted (speculative) generation at batch 1, the only batch size it supports, with a one-layer draft
     model that computes the same distribution as bebop's draft head;
   * with `--peers ... vllm`, vLLM's plain sampling (an in-process `bebop.engine.vllm.VLLMEngine` over the same
-    checkpoint, dtype and prompts, max_tokens = new tokens with EOS ignored), in the same interleaved rounds. It
-    asks vLLM for the sampled token's log-prob only (bebop's rows also compute entropies) and runs vLLM compiled (its
-    default; the warm-up round pays the compilation). vLLM is timed plain only: its speculative decoding with a bebop
-    head (bebop.vllm_plugin) has no row here;
+    checkpoint, dtype and prompts, max_tokens = new tokens with EOS ignored, or with `--stop` the task's stop ids),
+    in the same interleaved rounds. It asks vLLM for the sampled token's log-prob only (bebop's rows also compute
+    entropies) and runs vLLM compiled (its default; the warm-up round pays the compilation). vLLM is timed plain
+    only: its speculative decoding with a bebop head (bebop.vllm_plugin) has no row here;
   * the theoretical speedup from the run's own measured acceptance (conditional α per position) and measured
     step costs (forward-pass micro-benchmarks: a target forward over γ+1 tokens and one head step, each relative
     to a one-token target forward), next to the measured speedup over bebop plain at the same batch (± its standard
