@@ -52,11 +52,14 @@ def tiny_pair():
     return _random_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2))
 
 
-@pytest.mark.parametrize("head_kind", ["random", "trained", "self_draft"])
+@pytest.mark.parametrize("head_kind", ["random", "trained", "self_draft", "two_layer"])
 def test_greedy_identity(tiny_pair, head_kind):
     model, head = tiny_pair
     if head_kind == "trained":
         head = _briefly_trained_head(model)
+    elif head_kind == "two_layer":  # a deeper head (tests/test_deep_head.py), its second layer random
+        torch.manual_seed(1)
+        head = MTPHead(model.config, num_layers=2).eval()
     elif head_kind == "self_draft":
         model, head = self_draft_pair(ModelConfig.tiny(vocab_size=64, num_hidden_layers=2))
     engine = Engine(model, head)

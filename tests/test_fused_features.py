@@ -25,6 +25,7 @@ from bebop.models.hf_mtp import save_for_transformers
 from bebop.models.mtp import MTPHead, shared_taps
 from bebop.models.transformer import Transformer
 from bebop.play import Completion
+from char_policy import char_policy
 
 VOCAB, TAPS = 64, (0, 2)
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15]]
@@ -160,11 +161,8 @@ def test_train_mtp_trains_the_fuse_and_eval_reads_the_features(tmp_path, monkeyp
     made = []
     real = heads_train.make_batches
     monkeypatch.setattr(heads_train, "make_batches", lambda *a, **k: made.append(a[5]) or real(*a, **k))
-    torch.manual_seed(0)
-    tokenizer = CharTokenizer()
-    config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
-                              num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    model = Transformer(config).eval()
+    model, tokenizer = char_policy(3)
+    config = model.config
     train = TrainMTPConfig.tiny("e2e_tv")
     fused = train_mtp(model, tokenizer, TrainMTPConfig(**{**vars(train), "feature_layers": (0,)}), tmp_path / "f",
                       data=CorpusSource(tmp_path / "d"), out=tmp_path / "head")

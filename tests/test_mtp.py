@@ -16,11 +16,12 @@ VOCAB, DEPTH = 53, 4
 ATOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[Transformer, MTPHead]:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-layer head", "two-layer head"])
+def pair(request) -> tuple[Transformer, MTPHead]:
+    """A backbone and a head on it: the block's one decoder layer, or a stack of two (each test holds for both)."""
     torch.manual_seed(0)
     config = ModelConfig.tiny(vocab_size=VOCAB, num_hidden_layers=2)
-    return Transformer(config).eval(), MTPHead(config, trained_depth=DEPTH).eval()
+    return Transformer(config).eval(), MTPHead(config, trained_depth=DEPTH, num_layers=request.param).eval()
 
 
 def tokens(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -61,7 +62,6 @@ def test_chain_equals_cached_inference(pair, anchors):
 
 
 @torch.no_grad()
-@torch.no_grad()
 def test_write_keys_writes_forward_cached_entries_and_the_last_entry_then_gives_the_same_output(pair):
     """A prefill that writes only keys and values for all entries but the last, then runs the last in full: the
     same cache entries and the same last output as one full forward (what the engine's head prefill relies on)."""
@@ -92,7 +92,7 @@ def test_chain_step1_is_not_trivially_equal_across_steps(pair):
 @pytest.mark.parametrize("frozen", [True, False])
 def test_only_the_head_gets_gradient(pair, frozen):
     model, head = pair
-    trainable = MTPHead(model.config)
+    trainable = MTPHead(model.config, num_layers=len(head.layers))
     model.requires_grad_(not frozen)
     try:
         x = tokens(2, 12, seed=3)
@@ -160,9 +160,10 @@ def test_bf16_and_cache(pair):
     model, head = pair
     low_model = Transformer(model.config).eval()
     low_model.load_state_dict(model.state_dict())
-    low_model, low_head = low_model.to(torch.bfloat16), MTPHead(model.config).to(torch.bfloat16).eval()
+    low_head = MTPHead(model.config, num_layers=len(head.layers))
+    low_model, low_head = low_model.to(torch.bfloat16), low_head.to(torch.bfloat16).eval()
     cache = low_head.new_cache(2, 8)
-    assert cache.num_layers == 1 and cache.dtype == torch.bfloat16 and cache.k.shape[2:] == (2, 8, 64)
+    assert cache.num_layers == len(head.layers) and cache.dtype == torch.bfloat16 and cache.k.shape[2:] == (2, 8, 64)
     x = tokens(2, 5, seed=6)
     _, hidden = low_model(x)
     logits, out = low_head.forward_cached(low_model, hidden[:, :4], x[:, 1:], cache, kv_len=4)
@@ -182,6 +183,11 @@ def test_bad_inputs(pair):
         head.chain(model, hidden, x[:, :5], 2)
     with pytest.raises(ValueError, match="trained_depth"):
         MTPHead(model.config, trained_depth=0)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="num_layers must be a positive int"):
+            MTPHead(model.config, num_layers=bad)
+    with pytest.raises(ValueError, match=f"cache must have {len(head.layers)} layers"):
+        head.forward_cached(model, hidden[:, :2], x[:, 1:3], MTPHead(model.config, num_layers=3).new_cache(1, 8))
     other = Transformer(ModelConfig.tiny(vocab_size=VOCAB + 1, num_hidden_layers=1))
     with pytest.raises(ValueError, match="vocab_size"):
         head.chain(other, hidden, x, 2)
@@ -212,13 +218,13 @@ def test_save_load_roundtrip(pair, tmp_path):
     head.objective = "e2e_tv"
     save_head(head, tmp_path / "head")
     loaded = load_head(tmp_path / "head", model.config)
-    assert loaded.trained_depth == DEPTH and loaded.objective == "e2e_tv"
+    assert loaded.trained_depth == DEPTH and loaded.objective == "e2e_tv" and len(loaded.layers) == len(head.layers)
     x = tokens(2, 8, seed=9)
     hidden = model(x)[1]
     torch.testing.assert_close(loaded.chain(model, hidden, x, 2), head.chain(model, hidden, x, 2), atol=0, rtol=0)
     save_pretrained(model, tmp_path / "full", mtp=head)
     _, with_head = load_pretrained(tmp_path / "full")
-    assert with_head.trained_depth == DEPTH and with_head.objective == "e2e_tv"
+    assert with_head.trained_depth == DEPTH and with_head.objective == "e2e_tv" and len(with_head.layers) == len(head.layers)
     torch.testing.assert_close(with_head.chain(model, hidden, x, 2), head.chain(model, hidden, x, 2), atol=0, rtol=0)
     wider = ModelConfig.tiny(vocab_size=VOCAB, hidden_size=128)
     with pytest.raises(ValueError, match="hidden_size"):

@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(0-based, increasing, below the last), through a learned projection with the top hidden "
                              "(default: the top hidden alone; with --init, the init head's; a top-layer --init head "
                              "grows the projection, starting as itself)")
+    parser.add_argument("--head-layers", type=int, default=None, metavar="N",
+                        help="decoder layers stacked in the head's block (default: 1; with --init, the init head's; a "
+                             "shallower --init head grows the layers, each starting as the identity)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for the trained head (save_head); must hold no head unless --force")
     parser.add_argument("--force", action="store_true", help="replace the head already in --out (default: refuse)")
@@ -121,6 +124,8 @@ def _flag_fields(args: argparse.Namespace) -> dict:
         fields["draft_vocab"] = args.draft_vocab
     if args.feature_layers is not None:
         fields["feature_layers"] = tuple(args.feature_layers)
+    if args.head_layers is not None:
+        fields["head_layers"] = args.head_layers
     return {**fields, "dtype": args.dtype, "device": args.device,
             "init_head": None if args.init is None else str(args.init), **prompt_fields(args)}
 
@@ -131,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out, "--out", force=args.force, holds="a head")
     check_run_dir(args.run_dir, resume=args.resume)
     mirrors = mirrors_from_args(args)  # a missing tensorboard / wandb package fails here, before any work
+    from bebop.heads.step import check_init_layers
+
+    check_init_layers(config)  # a --head-layers that would cut the --init head, before the policy loads
     from bebop import distributed
     from bebop.data.tasks import dataset_config
     from bebop.data.tasks import get as get_task

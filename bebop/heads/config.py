@@ -63,6 +63,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
     # fused features (bebop.models.mtp): backbone layers whose residual streams the head reads beside the top hidden,
     # cached once with the backbone's pass; () reads the top hidden alone (or, adapting a head, the init head's)
     feature_layers: tuple[int, ...] = ()
+    # decoder layers in the head's block (bebop.models.mtp): None is 1 for a fresh head, the init head's when adapting;
+    # adapting a shallower head grows it, each added layer starting as the identity
+    head_layers: int | None = None
     seed: int = 0
     dtype: str = "auto"  # the compute dtype (CLI --dtype): "auto" | "bf16" | "fp32"
     device: str = "auto"  # "auto" (CUDA when present) | "cpu" | "cuda" | "cuda:N"
@@ -105,6 +108,9 @@ class TrainMTPConfig(PromptOptions):  # + prompt_key, answer_key, chat_template,
                                                              for t in self.feature_layers) \
                 or list(self.feature_layers) != sorted(set(self.feature_layers)):
             raise ValueError(f"TrainMTPConfig.feature_layers must be increasing layer indices, got {self.feature_layers!r}")
+        if self.head_layers is not None and (isinstance(self.head_layers, bool) or not isinstance(self.head_layers, int)
+                                             or self.head_layers < 1):
+            raise ValueError(f"TrainMTPConfig.head_layers must be a positive int or None, got {self.head_layers!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         check_choice(self, "dtype", PRECISIONS)

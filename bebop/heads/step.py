@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -13,7 +15,7 @@ from bebop.heads.config import TrainMTPConfig
 from bebop.heads.data import features
 from bebop.losses import expected_accepted
 from bebop.losses_from_hidden import acceptance_alpha_from_hidden, draft_loss_and_alpha_from_hidden
-from bebop.models.checkpoint import load_head
+from bebop.models.checkpoint import HEAD_CONFIG, load_head
 from bebop.models.mtp import MTPHead, chain_targets
 from bebop.models.transformer import Transformer
 
@@ -117,9 +119,10 @@ def evaluate(head, model, batches: Sequence[dict], config: TrainMTPConfig, use_b
 
 
 def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
-    """The head to train: a copy of `init_head` (adaptation, its draft vocabulary and feature layers kept; a top-layer
-    head given `feature_layers` grows a fuse that starts as the identity), else fresh (layer copied from the
-    backbone). A draft vocabulary of `config.draft_vocab` ids is chosen later, from the batches."""
+    """The head to train: a copy of `init_head` (adaptation, its draft vocabulary, feature layers and decoder layers
+    kept; a top-layer head given `feature_layers` grows a fuse, and a shallower one given `head_layers` grows layers,
+    each starting as the identity), else fresh (layers copied from the backbone's last). A draft vocabulary of
+    `config.draft_vocab` ids is chosen later, from the batches."""
     if config.init_head is not None:
         head = load_head(config.init_head, model.config, dtype=torch.float32)
         if config.draft_vocab is not None and head.draft_size != config.draft_vocab:
@@ -130,18 +133,36 @@ def new_head(model: Transformer, config: TrainMTPConfig) -> MTPHead:
                 raise ValueError(f"--init {config.init_head} reads feature layers {list(head.feature_layers)}, not "
                                  f"--feature-layers {list(config.feature_layers)}: leave --feature-layers out")
             head = head.with_features(config.feature_layers)  # a top-layer head grows a fuse, starting as itself
+        check_init_layers(config, len(head.layers))
+        if config.head_layers is not None and config.head_layers != len(head.layers):
+            torch.manual_seed(config.seed)  # the added layers' initialisation only
+            head = head.with_layers(config.head_layers)  # added layers pass their input through: it starts as itself
         head.trained_depth, head.objective = config.depth, config.objective
         return head.train()
     torch.manual_seed(config.seed)  # the head's initialisation only
     head = MTPHead(model.config, trained_depth=config.depth, objective=config.objective,
-                   feature_layers=config.feature_layers)
-    if config.init_from_backbone:
-        head.layers[0].load_state_dict(model.model.layers[-1].state_dict())
+                   feature_layers=config.feature_layers, num_layers=config.head_layers or 1)
+    if config.init_from_backbone:  # the head's layers start as the backbone's last ones, in order
+        for layer, source in zip(head.layers, model.model.layers[-len(head.layers):]):
+            layer.load_state_dict(source.state_dict())
     return head.float().train()
+
+
+def check_init_layers(config: TrainMTPConfig, init_layers: int | None = None) -> None:
+    """Refuse a `head_layers` below the decoder layers of the head `init_head` (`init_layers`, else read from its
+    head.json, so a job refuses before any work): a head grows, it is never cut."""
+    if config.init_head is None or config.head_layers is None:
+        return
+    meta = Path(config.init_head) / HEAD_CONFIG
+    if init_layers is None and meta.is_file():
+        init_layers = json.loads(meta.read_text()).get("num_hidden_layers", 1)
+    if init_layers is not None and config.head_layers < init_layers:
+        raise ValueError(f"--init {config.init_head} stacks {init_layers} decoder layers, more than --head-layers "
+                         f"{config.head_layers}: leave --head-layers out")
 
 
 def bf16_copy(head: MTPHead, model: Transformer) -> MTPHead:
     copy = MTPHead(model.config, trained_depth=head.trained_depth, objective=head.objective,
-                   draft_ids=head.draft_ids, feature_layers=head.feature_layers)
+                   draft_ids=head.draft_ids, feature_layers=head.feature_layers, num_layers=len(head.layers))
     copy.load_state_dict(head.state_dict())
     return copy.to(torch.bfloat16)

@@ -52,7 +52,7 @@ from bebop.heads.config import TrainMTPConfig, learning_rate
 from bebop.heads.corpus import CorpusSource, load_corpus
 from bebop.heads.data import choose_draft_vocab, make_batches, split_heldout
 from bebop.heads.feature_store import StoredBatches, backbone_batches
-from bebop.heads.step import bf16_copy, evaluate, lm_head_weight, new_head, train_step
+from bebop.heads.step import bf16_copy, check_init_layers, evaluate, lm_head_weight, new_head, train_step
 from bebop.host_memory import release_freed_memory
 from bebop.models.checkpoint import save_head
 from bebop.models.mtp import MTPHead
@@ -89,6 +89,7 @@ def train_mtp(model: Transformer, tokenizer, config: TrainMTPConfig, run: RunSes
     short run's time). Under torchrun (bebop.distributed) each step's batch is split by rows over the ranks and rank
     0 alone writes."""
     check_taps(config.feature_layers, model.config.num_hidden_layers)  # refused before the corpus, not hours later
+    check_init_layers(config)
     session = run if isinstance(run, RunSession) else open_run(run, config)
     model = model.float().to(session.device).eval().requires_grad_(False)
     tasks = data.tasks if data.tasks is not None else {n: get_task(n, dataset_config(config)) for n in config.tasks}

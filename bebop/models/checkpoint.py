@@ -12,7 +12,8 @@ A directory holds
 (`resolve_checkpoint_dir`: huggingface_hub's cache and download, the ones transformers uses, so it works online
 and fails clearly offline).
 A head alone saves as `head.safetensors` (mtp.* names) + `head.json` with `save_head` / `load_head`. A head with fused
-features (bebop.models.mtp) also stores mtp.fuse.weight and mtp.fuse_norms.* and records its `feature_layers`. A head with a
+features (bebop.models.mtp) also stores mtp.fuse.weight and mtp.fuse_norms.* and records its `feature_layers`; a deeper
+head stores mtp.layers.1.* on and records its `num_hidden_layers` (1 otherwise). A head with a
 draft vocabulary (bebop.draft_vocab) also stores it as EAGLE-3 heads do: `mtp.d2t` (int64 [K], target id = draft
 index + d2t[index]) and `mtp.t2d` (bool [V]), and records `draft_vocab_size` beside its other metadata.
 
@@ -80,7 +81,7 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _head_meta(mtp: MTPHead) -> dict[str, Any]:
-    meta = {"trained_depth": mtp.trained_depth, "objective": mtp.objective, "num_hidden_layers": 1}
+    meta = {"trained_depth": mtp.trained_depth, "objective": mtp.objective, "num_hidden_layers": len(mtp.layers)}
     if mtp.feature_layers:  # fused features: the backbone layers it reads beside the top hidden (bebop.models.mtp)
         meta["feature_layers"] = list(mtp.feature_layers)
     return meta if mtp.draft_ids is None else {**meta, "draft_vocab_size": mtp.draft_size}
@@ -283,7 +284,8 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
     with torch.device("meta"):
         model = Transformer(config)
         mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"),
-                      feature_layers=tuple(meta.get("feature_layers", ())))
+                      feature_layers=tuple(meta.get("feature_layers", ())),
+                      num_layers=meta.get("num_hidden_layers", 1))
     # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
     skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
     _check_names(model, index, f"checkpoint {path}", skip)
@@ -333,7 +335,8 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
     dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
     with torch.device("meta"):
         mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"),
-                      feature_layers=tuple(meta.get("feature_layers", ())))
+                      feature_layers=tuple(meta.get("feature_layers", ())),
+                      num_layers=meta.get("num_hidden_layers", 1))
     index = {k[len(MTP_PREFIX):]: v for k, v in index.items()}
     draft_ids = _read_draft_ids(index, path / HEAD_WEIGHTS)
     _check_names(mtp, index, f"head {path}", set())

@@ -88,6 +88,9 @@ def save_for_transformers(model: Transformer, mtp: MTPHead, path: str | os.PathL
     if mtp.feature_layers:  # transformers' MtpLayer reads the last hidden state alone
         raise ValueError(f"the head reads fused features of layers {list(mtp.feature_layers)}, which transformers' "
                          "generate(use_mtp=True) cannot: save a head trained without --feature-layers")
+    if len(mtp.layers) > 1:  # transformers' MtpLayer is one decoder layer per draft step, not a stack
+        raise ValueError(f"the head stacks {len(mtp.layers)} decoder layers, which transformers' generate(use_mtp=True) "
+                         "cannot: save a head trained without --head-layers")
     transformers_mtp_config(model.config.to_hf_dict())  # refuse before writing anything
     path = Path(path)
     save_pretrained(model, path, mtp=mtp)

@@ -37,6 +37,12 @@ The backbone hands them over as one tensor, its features (`Transformer.forward(.
 [..., d] as before, and `_input` tells the two apart by width. `fuse` starts as [I | 0 ...], so a fused head starts
 as the top-layer head it was made from (`with_features`), and each raw residual stream gets its own RMSNorm (their
 scales differ by layer). A head without feature layers handed features reads their top hidden.
+
+A deeper head (`num_layers` > 1): the block's one decoder layer becomes a stack, `layers.0 .. layers.{n-1}`, each with
+its own layer of the head's cache; the recursion, the norm and the readout are unchanged. `with_layers` grows a head
+by layers whose output projections (attention and MLP) start at zero, so each added layer passes its input through
+and the grown head starts as the head it was made from. Qwen3-Next's and DeepSeek-V3's `mtp.layers.k` are one module
+per draft step, not a stack: the vLLM and transformers writers refuse a deeper head in one line.
 """
 
 from __future__ import annotations
@@ -102,12 +108,14 @@ class MTPHead(nn.Module):
     `draft_ids` [K] (a draft vocabulary, `bebop.draft_vocab`) restricts its drafts to those target ids."""
 
     def __init__(self, model_config: ModelConfig, *, trained_depth: int | None = None, objective: str | None = None,
-                 draft_ids: torch.Tensor | None = None, feature_layers: tuple[int, ...] = ()):
+                 draft_ids: torch.Tensor | None = None, feature_layers: tuple[int, ...] = (), num_layers: int = 1):
         super().__init__()
         if not isinstance(model_config, ModelConfig):
             raise ValueError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
         if trained_depth is not None and (not isinstance(trained_depth, int) or trained_depth < 1):
             raise ValueError(f"trained_depth must be a positive int or None, got {trained_depth!r}")
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
         self.config = model_config
         self.trained_depth = trained_depth
         self.objective = objective
@@ -116,7 +124,7 @@ class MTPHead(nn.Module):
         self.fc = Linear(2 * d, d, bias=False)
         self.pre_fc_norm_embedding = RMSNorm(d, eps)
         self.pre_fc_norm_hidden = RMSNorm(d, eps)
-        self.layers = nn.ModuleList([DecoderLayer(model_config)])
+        self.layers = nn.ModuleList(DecoderLayer(model_config) for _ in range(num_layers))
         self.norm = RMSNorm(d, eps)
         self.apply(init_weights)
         check_taps(tuple(feature_layers), model_config.num_hidden_layers)
@@ -163,9 +171,26 @@ class MTPHead(nn.Module):
         fuse passes the top hidden through)."""
         if self.feature_layers:
             raise ValueError(f"the head already reads feature layers {self.feature_layers}")
-        head = MTPHead(self.config, trained_depth=self.trained_depth, objective=self.objective,
-                       draft_ids=self.draft_ids, feature_layers=feature_layers)
-        head = head.to(device=self.fc.weight.device, dtype=self.fc.weight.dtype)
+        return self._copy(feature_layers=feature_layers)
+
+    def with_layers(self, num_layers: int) -> MTPHead:
+        """A copy of this head with `num_layers` decoder layers (at least its own), starting as this head: each added
+        layer's attention and MLP output projections are zero, so it passes its input through."""
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < len(self.layers):
+            raise ValueError(f"a head of {len(self.layers)} layers grows to at least as many, got {num_layers!r}")
+        head = self._copy(num_layers=num_layers)
+        with torch.no_grad():
+            for layer in head.layers[len(self.layers):]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+        return head
+
+    def _copy(self, **changes) -> MTPHead:
+        """This head rebuilt with `changes` to its constructor's arguments, its own weights loaded where they fit (the
+        new parts keep their initialisation), on its device and dtype."""
+        kwargs = dict(trained_depth=self.trained_depth, objective=self.objective, draft_ids=self.draft_ids,
+                      feature_layers=self.feature_layers, num_layers=len(self.layers)) | changes
+        head = MTPHead(self.config, **kwargs).to(device=self.fc.weight.device, dtype=self.fc.weight.dtype)
         head.load_state_dict(self.state_dict(), strict=False)
         return head
 
@@ -212,11 +237,11 @@ class MTPHead(nn.Module):
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
-        """An empty one-layer ragged cache for the head."""
+        """An empty ragged cache for the head, a layer of it per decoder layer."""
         if max_len > self.config.max_position_embeddings:
             raise ValueError(f"max_len={max_len} exceeds max_position_embeddings={self.config.max_position_embeddings}")
         weight, c = self.fc.weight, self.config
-        return KVCache(1, batch, c.num_key_value_heads, max_len, c.head_dim, dtype or weight.dtype,
+        return KVCache(len(self.layers), batch, c.num_key_value_heads, max_len, c.head_dim, dtype or weight.dtype,
                        device or weight.device)
 
     # ----------------------------------------------------------------------------------------------
@@ -230,30 +255,34 @@ class MTPHead(nn.Module):
         if hidden.dim() != 3 or next_tokens.shape != hidden.shape[:2]:
             raise ValueError(f"hidden must be [B, S, d] and next_tokens [B, S]; got {tuple(hidden.shape)} "
                              f"and {tuple(next_tokens.shape)}")
-        if cache.batch != hidden.shape[0] or cache.num_layers != 1:
-            raise ValueError(f"cache must have 1 layer and batch={hidden.shape[0]}, "
+        if cache.batch != hidden.shape[0] or cache.num_layers != len(self.layers):
+            raise ValueError(f"cache must have {len(self.layers)} layers and batch={hidden.shape[0]}, "
                              f"got {cache.num_layers} layers, batch={cache.batch}")
         cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos, backbone.rope_sin_signed)
-        attend = partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=0, **shared)
-        out = self.norm(self.layers[0](self._input(backbone, hidden, next_tokens), cos, sin, attend))  # [B, S, d]
+        x = self._input(backbone, hidden, next_tokens)  # [B, S, d]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=i, **shared))
+        out = self.norm(x)  # [B, S, d]
         return (self.logits(backbone, out) if compute_logits else None), out
 
     def write_keys(self, backbone: Transformer, hidden: torch.Tensor, next_tokens: torch.Tensor, cache: KVCache, *,
                    kv_len: int | None = None) -> None:
         """Only the cache entries of `forward_cached`'s S entries per row (same arguments), not their outputs: what a
         prefill or catch-up needs of every entry but the last, whose output is the next draft's query. The keys and
-        values are the layer's first matmul; its attention, output projection and MLP at those entries (most of
-        the layer) are skipped. Lengths are not moved."""
+        values are the last layer's first matmul; its attention, output projection and MLP at those entries (most of
+        the layer) are skipped (the layers below it run whole: their outputs are its input). Lengths are not moved."""
         check_head_fits(self.config, backbone.config)
         if hidden.dim() != 3 or next_tokens.shape != hidden.shape[:2] or cache.batch != hidden.shape[0]:
             raise ValueError(f"need hidden [B, S, d], next_tokens [B, S] and a cache of batch B; got "
                              f"{tuple(hidden.shape)}, {tuple(next_tokens.shape)}, batch={cache.batch}")
         cos, sin, shared = cached_attention_setup(cache, hidden.shape[1], kv_len, backbone.rope_cos,
                                                   backbone.rope_sin_signed)
-        layer = self.layers[0]
-        x = layer.input_layernorm(self._input(backbone, hidden, next_tokens))  # [B, S, d]
-        _, k, v = layer.self_attn.project(x, cos, sin)  # [B, Hkv, S, D] each
-        write_kv(k, v, k_cache=cache.k, v_cache=cache.v, layer=0, rows=shared["rows"], pos=shared["pos"])
+        x = self._input(backbone, hidden, next_tokens)  # [B, S, d]
+        for i, layer in enumerate(self.layers[:-1]):
+            x = layer(x, cos, sin, partial(cached_attend, k_cache=cache.k, v_cache=cache.v, layer=i, **shared))
+        last = len(self.layers) - 1
+        _, k, v = self.layers[last].self_attn.project(self.layers[last].input_layernorm(x), cos, sin)  # [B, Hkv, S, D]
+        write_kv(k, v, k_cache=cache.k, v_cache=cache.v, layer=last, rows=shared["rows"], pos=shared["pos"])
 
     def chain_hidden(self, backbone: Transformer, hidden: torch.Tensor, tokens: torch.Tensor,
                      depth: int) -> torch.Tensor:
@@ -271,14 +300,17 @@ class MTPHead(nn.Module):
         # Inputs past the sequence end are padding: only anchors whose chain stays inside are trained.
         padded = F.pad(tokens, (0, depth), value=0)  # [B, T + depth]
         anchors = torch.arange(T, device=tokens.device)  # [T]
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
+        keys: list[list[torch.Tensor]] = [[] for _ in self.layers]  # per layer, each step's [B, Hkv, T, D]
+        values: list[list[torch.Tensor]] = [[] for _ in self.layers]
         h, outs = hidden.detach(), []
         for k in range(1, depth + 1):
             x = self._input(backbone, h, padded[:, k:k + T])  # step k reads y_{t+k}
             pos = anchors + (k - 1)  # [T]: (step k, anchor t) sits at position t+k-1, as in inference
-            attend = partial(chain_attend, keys=keys, values=values, mask=chain_mask(T, k, tokens.device))
-            h = self.norm(self.layers[0](x, backbone.rope_cos[pos], backbone.rope_sin_signed[pos], attend))  # [B, T, d]
+            mask = chain_mask(T, k, tokens.device)
+            for layer, layer_keys, layer_values in zip(self.layers, keys, values):
+                attend = partial(chain_attend, keys=layer_keys, values=layer_values, mask=mask)
+                x = layer(x, backbone.rope_cos[pos], backbone.rope_sin_signed[pos], attend)  # [B, T, d]
+            h = self.norm(x)
             outs.append(h)
         return torch.stack(outs, 2)  # [B, T, depth, d]
 

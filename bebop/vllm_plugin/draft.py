@@ -55,6 +55,10 @@ def write_draft(policy: str | os.PathLike, head: MTPHead | str | os.PathLike, ou
         raise ValueError(f"this head reads fused features of layers {list(head.feature_layers)}, which bebop's vLLM "
                          "draft model (an MTP draft, fed the top hidden state) does not serve: use bebop's engine "
                          "(--backend bebop), or a head trained without --feature-layers")
+    if len(head.layers) > 1:  # BebopMTPModel runs the block's one decoder layer
+        raise ValueError(f"this head stacks {len(head.layers)} decoder layers, which bebop's vLLM draft model (one "
+                         "decoder layer per MTP step) does not serve: use bebop's engine (--backend bebop), or a head "
+                         "trained without --head-layers")
     out = Path(out)
     save_head(head, out)
     draft = {**hf, "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], FAMILY_KEY: hf["model_type"],
