@@ -1,7 +1,8 @@
 """A deeper head (`num_layers` > 1, `train-mtp --head-layers`): a stack of decoder layers in the block, grown from a
 shallower head as itself, trained and decoded by the paths that take heads (train-mtp, the eager and compiled engines,
-eval-mtp's teacher forcing; greedy identity with plain decoding: tests/test_engine.py), saved and loaded, refused in one line by the HF and vLLM writers and by a --head-layers
-that would cut an --init head."""
+eval-mtp's teacher forcing, RL's online and shadow heads; greedy identity with plain decoding: tests/test_engine.py),
+saved and loaded, refused in one line by the HF and vLLM writers and by a --head-layers that would cut an --init
+head."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
 from bebop.engine.rollout import GenerationConfig
 from bebop.heads.config import TrainMTPConfig
@@ -138,3 +140,27 @@ def test_the_cli_refuses_cutting_an_init_head_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines()[-1].endswith("stacks 2 decoder layers, more than --head-layers 1: leave "
                                                           "--head-layers out")
     assert not (tmp_path / "run").exists() and not (tmp_path / "d").exists()
+
+
+def test_an_rl_run_drafts_with_trains_and_scores_a_two_layer_head(tmp_path):
+    """GRPO with a two-layer rollout head trained online and a frozen copy of it as a shadow: the online head's added
+    layer learns, and the frozen copy scores as the rollout head before any head step."""
+    from test_rl import MODEL, Digits
+
+    from bebop.rl import RLConfig, prepare_run
+    from bebop.runlog import load_run
+
+    tokenizer = CharTokenizer()
+    torch.manual_seed(0)
+    config = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, **MODEL)
+    model, head = Transformer(config), MTPHead(config, num_layers=2)
+    start = head.layers[1].mlp.down_proj.weight.clone()
+    rl = RLConfig.tiny(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=12, mtp="online-tv", mtp_lr=3e-2,
+                       shadow_heads=("frozen",))
+    run = prepare_run(rl, tmp_path / "run", task=Digits()).trainer(model, tokenizer, head=head,
+                                                                   shadow_heads={"frozen": head})
+    run.run()
+    shadow = load_run(tmp_path / "run").streams["shadow"]
+    rs = shadow[shadow["rule"] == "rs"].set_index(["step", "head"])["accept_length"]
+    assert rs[0, "frozen"] == rs[0, "rollout"]
+    assert len(run.head.layers) == 2 and not torch.equal(run.head.layers[1].mlp.down_proj.weight, start)
