@@ -15,7 +15,7 @@ import torch
 
 from bebop.data.tokenizer import CharTokenizer
 from bebop.engine import Engine
-from bebop.engine.rollout import GenerationConfig
+from bebop.engine.rollout import GenerationConfig, RolloutBuilder
 from bebop.heads.config import TrainMTPConfig
 from bebop.heads.corpus import CorpusSource
 from bebop.heads.evaluate import teacher_forced
@@ -73,8 +73,6 @@ def test_the_engine_s_draft_is_the_teacher_forced_chain_s():
     engine = Engine(model, head)
     config = GenerationConfig(max_new_tokens=1, gamma=1, method="rs", seed=0)
     batch = engine._new_batch(PROMPTS, config)
-    from bebop.engine.rollout import RolloutBuilder
-
     out = RolloutBuilder(len(PROMPTS), config, prompts=PROMPTS)
     engine._settle(batch, [(i, 0, list(p)) for i, p in enumerate(PROMPTS)], config, torch.Generator().manual_seed(0),
                    out)

@@ -87,6 +87,12 @@ def _head_meta(mtp: MTPHead) -> dict[str, Any]:
     return meta if mtp.draft_ids is None else {**meta, "draft_vocab_size": mtp.draft_size}
 
 
+def _head_from_meta(config: ModelConfig, meta: dict[str, Any]) -> MTPHead:
+    """The head `_head_meta` describes, for a backbone of `config`, built where the caller builds (the loaders: meta)."""
+    return MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"),
+                   feature_layers=tuple(meta.get("feature_layers", ())), num_layers=meta.get("num_hidden_layers", 1))
+
+
 def _head_tensors(mtp: MTPHead) -> dict[str, torch.Tensor]:
     """The head's tensors under their mtp.* names, its draft vocabulary as d2t / t2d."""
     tensors = dict(mtp.state_dict())
@@ -283,9 +289,7 @@ def load_pretrained(path_or_hub_id: str | os.PathLike, *, dtype: torch.dtype | N
     meta = hf.get("bebop_mtp") or {}
     with torch.device("meta"):
         model = Transformer(config)
-        mtp = MTPHead(config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"),
-                      feature_layers=tuple(meta.get("feature_layers", ())),
-                      num_layers=meta.get("num_hidden_layers", 1))
+        mtp = _head_from_meta(config, meta)
     # A tied checkpoint may still carry lm_head.weight; the tie makes it the embedding, so it is skipped.
     skip = {"lm_head.weight"} if config.tie_word_embeddings else set()
     _check_names(model, index, f"checkpoint {path}", skip)
@@ -334,9 +338,7 @@ def load_head(path: str | os.PathLike, model_config: ModelConfig, *, dtype: torc
         raise ValueError(f"{path / HEAD_WEIGHTS} holds tensors outside mtp.*: {stray}")
     dtype = dtype or _parse_dtype(str(meta.get("torch_dtype", "float32")), path / HEAD_CONFIG)
     with torch.device("meta"):
-        mtp = MTPHead(model_config, trained_depth=meta.get("trained_depth"), objective=meta.get("objective"),
-                      feature_layers=tuple(meta.get("feature_layers", ())),
-                      num_layers=meta.get("num_hidden_layers", 1))
+        mtp = _head_from_meta(model_config, meta)
     index = {k[len(MTP_PREFIX):]: v for k, v in index.items()}
     draft_ids = _read_draft_ids(index, path / HEAD_WEIGHTS)
     _check_names(mtp, index, f"head {path}", set())
