@@ -32,11 +32,11 @@ test: $(STAMP)
 
 # The compiled engine (`Engine(compile=True)`, `--compile`) against the eager one: torch.compile builds each step
 # phase's graphs from an empty cache, 3-5 minutes a test on 2 cores (most of it tracing and code generation, not the
-# C++ compiler), about a third of the suite's CPU time for three tests. CI runs them after `make test`; a test keeps
+# C++ compiler), about a third of the suite's CPU time for two tests. CI runs them after `make test`; a test keeps
 # this list of modules whole (tests/test_docs.py).
 test-compiled: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -n auto --dist loadfile -m compile --durations=5 tests/test_engine.py \
-		tests/test_draft_vocab.py tests/test_deep_head.py
+		tests/test_deep_head.py
 
 # The notebooks executed (quick profile) and rendered with their plots to docs/notebooks/*.html, and the README's
 # picture taken afresh from a new `bebop demo` into artifacts/readme/ (scripts/readme-picture). Both folders are

@@ -22,11 +22,13 @@ policy's distribution" in the code base.
 Masked tokens get log-probability -inf and probability exactly 0.
 
 `entropy` is H(p) of such a distribution, what the engine records per token and RL logs;
-`normaliser_and_entropy` gives it with the log-normaliser straight from the scaled logits (the engine's verification).
+`normaliser_and_entropy` gives it with the log-normaliser straight from the scaled logits, and
+`scores_normaliser_entropy` all three from the logits a block of positions at a time (the engine's verification).
 
 `sample` draws one token per distribution by inverting the CDF with one float64 uniform per row: one
-cumulative sum and one binary search, with no Python loop and no host sync. It is about 4x cheaper on CPU
-than the exponential race (argmax p/E) because it needs one random number per row instead of one per token.
+cumulative sum and one binary search (over a large vocabulary on a CPU, by blocks: `draw_by_blocks`), with no
+Python loop and no host sync. It is about 4x cheaper on CPU than the exponential race (argmax p/E) because it
+needs one random number per row instead of one per token.
 """
 
 from __future__ import annotations
@@ -131,6 +133,39 @@ def normaliser_and_entropy(scores: torch.Tensor, masked: bool = True) -> tuple[t
     return log_normaliser, log_normaliser - torch.linalg.vecdot(weights, finite) / total
 
 
+# A block of positions small enough that its scores and exponentials stay in a core's cache while every pass of
+# `scores_normaliser_entropy` runs over them: 1 MB of float32, five rows of a 49,152-id vocabulary. Up to 16 blocks'
+# worth the whole tensor is kept: there the blocks' per-call overhead ate what the cache saved (`bebop bench step
+# --cuts`, "p in blocks": docs/draft-depth.md).
+BLOCK_BYTES = 2**20
+WHOLE_BLOCKS = 16
+
+
+def scores_normaliser_entropy(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                              top_p: float | None = None, vocab_limit: int | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [N, V] -> (scaled_logits [N, V], and its `normaliser_and_entropy`: [N], [N]); on a CPU, a block of
+    positions at a time (`BLOCK_BYTES`) once N spans more than `WHOLE_BLOCKS` of them: over a large vocabulary the
+    whole-tensor passes (upcast, scale, max, exponentials, sums) each stream N·V floats through memory, while a
+    block's stay in cache. Every value is its row's own, so the numbers are those of the whole-tensor calls, bit for
+    bit (tests/test_sampling.py). A GPU and compiled graphs take the whole tensor: a GPU's bandwidth does not need
+    the blocks, inductor fuses the passes itself, and a loop over a symbolic N would specialise on it."""
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [N, V], got {tuple(logits.shape)}")
+    masked = temperature == 0 or any(x is not None for x in (top_k, top_p, vocab_limit))
+    rows = max(1, BLOCK_BYTES // (4 * logits.shape[1]))
+    if logits.device.type != "cpu" or torch.compiler.is_compiling() or logits.shape[0] <= WHOLE_BLOCKS * rows:
+        scores = scaled_logits(logits, temperature, top_k, top_p, vocab_limit)
+        return scores, *normaliser_and_entropy(scores, masked)
+    scores = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)  # [N, V]
+    log_normaliser, entropies = scores.new_empty(logits.shape[0]), scores.new_empty(logits.shape[0])  # [N], [N]
+    for start in range(0, logits.shape[0], rows):
+        block = slice(start, start + rows)
+        scores[block] = scaled_logits(logits[block], temperature, top_k, top_p, vocab_limit)
+        log_normaliser[block], entropies[block] = normaliser_and_entropy(scores[block], masked)
+    return scores, log_normaliser, entropies
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,
            uniform: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] non-negative weights -> [...] long: one exact draw per distribution.
@@ -145,21 +180,58 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None, *,
         raise ValueError(f"probs must have shape [..., V] with V >= 1, got {tuple(probs.shape)}")
     lead, vocab = probs.shape[:-1], probs.shape[-1]
     flat = probs.reshape(-1, vocab)  # [N, V]
-    # float64 keeps the CDF exact to ~1e-16, so even tokens far below float32 resolution of the running
-    # sum keep their probability.
-    cdf = flat.double().cumsum(-1)  # [N, V]
-    total = cdf[:, -1:]  # [N, 1]
     if uniform is None:
         u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator)  # [N, 1]
     elif uniform.shape != lead:
         raise ValueError(f"uniform must have shape {tuple(lead)}, one per distribution, got {tuple(uniform.shape)}")
     else:
         u = uniform.reshape(-1, 1).double()  # [N, 1]
+    by_blocks = vocab >= 8 * DRAW_BLOCK and flat.device.type == "cpu" and not torch.compiler.is_compiling()
+    return (draw_by_blocks if by_blocks else draw_by_scan)(flat, u).reshape(lead)
+
+
+# Tokens per block of `draw_by_blocks`, which `sample` takes on a CPU once a row has 8 blocks or more.
+DRAW_BLOCK = 256
+
+
+def draw_by_scan(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The inverse CDF of non-negative weights [N, V] at u [N, 1] float64 in [0, 1): [N, 1] long, the first token
+    whose cumulative weight exceeds u times the row's total, from one float64 scan over the row."""
+    # float64 keeps the CDF exact to ~1e-16, so even tokens far below float32 resolution of the running
+    # sum keep their probability.
+    cdf = weights.double().cumsum(-1)  # [N, V]
+    total = cdf[:, -1:]  # [N, 1]
     # u < 1, but u * total can round up to total; nextafter keeps the target strictly inside the CDF.
     x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
-    index = torch.searchsorted(cdf, x, right=True).clamp_max_(vocab - 1)  # [N, 1] first cdf > x
+    index = torch.searchsorted(cdf, x, right=True).clamp_max_(weights.shape[-1] - 1)  # [N, 1] first cdf > x
     # Sequential sums give a zero-weight token no CDF step, so it cannot be hit; a parallel scan (GPU) may
     # round differently, so keep the guarantee explicitly with the row's argmax as a fallback.
-    zero = flat.gather(-1, index) <= 0  # [N, 1]
-    index = torch.where(zero, flat.argmax(-1, keepdim=True), index)
-    return index.reshape(lead)
+    zero = weights.gather(-1, index) <= 0  # [N, 1]
+    return torch.where(zero, weights.argmax(-1, keepdim=True), index)
+
+
+def draw_by_blocks(weights: torch.Tensor, u: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """`draw_by_scan`'s inverse CDF in two levels: the float64 sums of blocks of `block` tokens (`DRAW_BLOCK`) and a
+    scan over them find the block u lands in, then a scan inside that block finds the token. The same law: a
+    token's cumulative weight is the blocks' before it plus its block's up to it, float64 sums of the same weights
+    in another order (equal to ~1e-16 of the total), and neither a block without mass nor a token without weight
+    has a step to be hit (the block's argmax stays as the fallback). It reads the weights once, in a sum, where the
+    scan copies each row to float64 and runs through all of it (`bench step --cuts`, "draw": docs/draft-depth.md)."""
+    block = DRAW_BLOCK if block is None else block
+    rows, vocab = weights.shape
+    blocks_per_row = -(-vocab // block)
+    if vocab % block:
+        weights = torch.nn.functional.pad(weights, (0, blocks_per_row * block - vocab))  # zero weight: never drawn
+    blocks = weights.view(rows, blocks_per_row, block)  # [N, nb, block]
+    block_cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [N, nb]
+    total = block_cdf[:, -1:]  # [N, 1]
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1] as draw_by_scan's
+    j = torch.searchsorted(block_cdf, x, right=True).clamp_max_(blocks_per_row - 1)  # [N, 1] first block_cdf > x
+    before = torch.where(j > 0, block_cdf.gather(-1, (j - 1).clamp_min(0)), torch.zeros_like(x))  # [N, 1]
+    inner = blocks.gather(1, j[:, :, None].expand(rows, 1, block))[:, 0]  # [N, block] the block x lands in
+    inner_cdf = inner.double().cumsum(-1)  # [N, block]
+    # Rounding can put x - before at or past the block's own scan total: keep it inside, as at the row's end.
+    rest = torch.minimum((x - before).clamp_min(0), torch.nextafter(inner_cdf[:, -1:], torch.zeros_like(x)))
+    i = torch.searchsorted(inner_cdf, rest, right=True).clamp_max_(block - 1)  # [N, 1]
+    i = torch.where(inner.gather(-1, i) <= 0, inner.argmax(-1, keepdim=True), i)
+    return j * block + i

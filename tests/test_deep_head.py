@@ -56,13 +56,19 @@ def test_a_head_grown_by_layers_starts_as_it_and_its_added_layer_then_counts():
 
 
 @pytest.mark.compile  # `make test-compiled`: every phase of a step, minutes on 2 cores from an empty cache
-def test_the_compiled_engine_decodes_a_two_layer_head_as_the_eager_one_does():
+def test_the_compiled_engine_decodes_a_two_layer_head_over_a_draft_vocabulary_as_the_eager_one_does():
+    """Both of the head's departures from the one-layer, full-vocabulary head at once (one compile, not two, on CI's
+    two cores): its stack of layers and its draft vocabulary S (q kept over S, drafts mapped to target ids), for RS
+    and for TO, whose drafts take other graphs. tests/test_engine.py compiles the plain one-layer head."""
     model, head = deep_pair()
+    head.use_draft_vocab(torch.arange(0, VOCAB, 3))  # S: every third id, so some of the target's tokens lie outside
     eager_engine, compiled_engine = Engine(model, head), Engine(model, head, compile=True)
-    config = GenerationConfig(max_new_tokens=10, gamma=2, method="rs", seed=3)
-    eager, compiled = eager_engine.generate(PROMPTS, config), compiled_engine.generate(PROMPTS, config)
-    assert compiled.tokens == eager.tokens
-    assert compiled.stats["spec/num_accepted_tokens"] == eager.stats["spec/num_accepted_tokens"]
+    for method in ("rs", "to"):
+        config = GenerationConfig(max_new_tokens=10, gamma=2, method=method, seed=3)
+        eager, compiled = eager_engine.generate(PROMPTS, config), compiled_engine.generate(PROMPTS, config)
+        assert compiled.tokens == eager.tokens, method
+        assert compiled.stats["spec/num_accepted_tokens"] == eager.stats["spec/num_accepted_tokens"], method
+        assert 0 < eager.stats["spec/num_accepted_tokens"], method  # drafts over S were accepted: both paths ran
 
 
 @torch.no_grad()

@@ -251,19 +251,6 @@ def test_the_first_three_tokens_through_a_head_over_s_follow_the_target_exactly(
         assert 0.05 < rollout.stats["spec/acceptance_rate"] < 0.95
 
 
-@pytest.mark.compile  # `make test-compiled`: every phase of a step, minutes on 2 cores from an empty cache
-def test_the_compiled_engine_drafts_over_s_as_the_eager_one_does():
-    model, head, prompt, _ = _near_pair_over_s()
-    prompts = [prompt, [3], [0, 4, 2]]
-    eager_engine, compiled_engine = Engine(model, head), Engine(model, head, compile=True)
-    for method in ("rs", "to"):
-        config = GenerationConfig(max_new_tokens=10, gamma=2, method=method, seed=3)
-        eager = eager_engine.generate(prompts, config)
-        compiled = compiled_engine.generate(prompts, config)
-        assert compiled.tokens == eager.tokens, method
-        assert compiled.stats["spec/num_accepted_tokens"] == eager.stats["spec/num_accepted_tokens"]
-
-
 def test_a_draft_vocabulary_past_the_sampled_ids_is_refused(pair):
     model, head = pair
     head.use_draft_vocab(torch.tensor([3, 60]))

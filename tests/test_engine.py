@@ -10,6 +10,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+import bebop.sampling
 from bebop.engine import Engine
 from bebop.engine.depth import Choice, DepthConfig, DepthController, FixedDepth
 from bebop.engine.generate import TIMING
@@ -246,6 +247,20 @@ def test_seeded_runs_are_reproducible(tiny_pair):
     assert engine.generate(PROMPTS, config).tokens == engine.generate(PROMPTS, config).tokens
     other = engine.generate(PROMPTS, GenerationConfig(max_new_tokens=16, gamma=2, seed=12))
     assert other.tokens != engine.generate(PROMPTS, config).tokens
+
+
+@pytest.mark.parametrize("gamma", [0, 2, "rows"])
+def test_the_verification_s_scores_by_blocks_decode_what_the_whole_tensor_does(tiny_pair, gamma, monkeypatch):
+    """The engine's verification takes the target's scores a block of positions at a time over a large vocabulary
+    (`bebop.sampling.scores_normaliser_entropy`); at one position per block it emits the tokens, log-probs and
+    entropies of the whole-tensor pass, every bit of them (plain, speculative, each row its own depth)."""
+    config = GenerationConfig(max_new_tokens=12, gamma=gamma, seed=5, temperature=0.8)
+    whole = Engine(*tiny_pair).generate(PROMPTS, config)
+    monkeypatch.setattr(bebop.sampling, "BLOCK_BYTES", 4 * tiny_pair[0].config.vocab_size)
+    monkeypatch.setattr(bebop.sampling, "WHOLE_BLOCKS", 0)
+    blocks = Engine(*tiny_pair).generate(PROMPTS, config)
+    assert blocks.tokens == whole.tokens and blocks.logprobs == whole.logprobs
+    assert blocks.entropy == whole.entropy
 
 
 def test_an_unseeded_run_draws_its_seed_from_the_global_generator(tiny_pair):

@@ -85,3 +85,18 @@ def test_the_rows_out_cut_times_the_same_compaction_both_ways(pair):
     assert after[0].shape[1] == 4 and torch.equal(after[2], before[2])
     for new, old in zip(after[:2], before[:2]):
         assert torch.equal(new[..., :6, :], old[..., :6, :])
+
+
+def test_time_cuts_times_each_path_warm_and_swaps_a_pair_s_order_every_round():
+    """Each timed batch follows an untimed call of the same cell, and a cut's before / after swap places each round,
+    so neither path is timed on the caches the other (or another cut) left."""
+    from bebop.commands.bench.cuts import time_cuts
+
+    calls: list[tuple[str, str]] = []
+    cells = {(cut, side): (lambda key=(cut, side): calls.append(key)) for cut in ("a", "b") for side in ("before", "after")}
+    timed = time_cuts(cells, repeats=2, calls=3)
+    assert set(timed) == {"a", "b"} and all(len(row) == 4 for row in timed.values())
+    runs = [calls[i:i + 4] for i in range(0, len(calls), 4)]  # one warm call, then the three timed
+    assert all(len(set(run)) == 1 for run in runs)
+    assert [run[0] for run in runs] == [("a", "before"), ("a", "after"), ("b", "before"), ("b", "after"),
+                                        ("a", "after"), ("a", "before"), ("b", "after"), ("b", "before")]

@@ -9,7 +9,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bebop.sampling import entropy, logprobs_from_logits, probs_from_logits, sample, scaled_logits
+import bebop.sampling
+from bebop.sampling import (draw_by_blocks, draw_by_scan, entropy, logprobs_from_logits, normaliser_and_entropy,
+                           probs_from_logits, sample, scaled_logits, scores_normaliser_entropy)
 
 NEG_INF = float("-inf")
 
@@ -179,6 +181,26 @@ def test_bad_logits_raise():
 # ---- sample -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("processing", [{}, {"temperature": 0.7}, {"temperature": 0}, {"top_k": 5},
+                                        {"temperature": 0.8, "top_p": 0.9}, {"vocab_limit": 90}])
+def test_the_scores_by_blocks_are_the_whole_tensor_s_bit_for_bit(monkeypatch, dtype, processing):
+    """`scores_normaliser_entropy` computes a block of positions at a time (two rows here, 7 rows: a short last
+    block) what `scaled_logits` then `normaliser_and_entropy` compute over the whole tensor, every bit of it."""
+    vocab = 100
+    monkeypatch.setattr(bebop.sampling, "BLOCK_BYTES", 2 * 4 * vocab)
+    monkeypatch.setattr(bebop.sampling, "WHOLE_BLOCKS", 1)
+    logits = (torch.randn(7, vocab, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    scores, log_normaliser, entropies = scores_normaliser_entropy(logits, **processing)
+    whole = scaled_logits(logits, **processing)
+    masked = processing.get("temperature") == 0 or len(processing.keys() - {"temperature"}) > 0
+    want_normaliser, want_entropies = normaliser_and_entropy(whole, masked)
+    assert torch.equal(scores, whole)
+    assert torch.equal(log_normaliser, want_normaliser) and torch.equal(entropies, want_entropies)
+    with pytest.raises(ValueError, match=r"logits must be \[N, V\]"):
+        scores_normaliser_entropy(logits[None])
+
+
 @pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 7), (0, 7)])
 def test_sample_shapes(shape):
     probs = torch.rand(shape, generator=_gen(5)) + 0.01
@@ -232,6 +254,51 @@ def test_given_uniforms_invert_the_cdf_and_are_what_the_generator_draws():
     assert torch.equal(sample(probs, uniform=drawn), sample(probs, _gen(14)))
     with pytest.raises(ValueError, match="uniform must have shape \\(500, 3\\)"):
         sample(probs, uniform=drawn[:, :2])
+
+
+def _sparse_rows(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """Weights with nine in ten tokens at zero, whole blocks of 8 at zero, zeros at both ends and a dominant token."""
+    weights = torch.rand(rows, vocab, generator=generator)
+    weights[torch.rand(rows, vocab, generator=generator) < 0.9] = 0.0
+    weights[:, 8:40] = 0.0
+    weights[:, 0] = weights[:, -1] = 0.0
+    weights[:, 61] += 1e-3
+    weights[::2, 17] = 1e6
+    return weights
+
+
+@pytest.mark.parametrize("vocab", [1000, 1003])  # blocks of 8 that end the row, or a short last block padded
+def test_the_draw_by_blocks_inverts_the_cdf_the_scan_inverts(vocab):
+    """For the same uniforms, `draw_by_blocks` returns the scan's token (both are the first token whose cumulative
+    weight exceeds u times the total; their float64 sums differ by rounding only), never a token without weight,
+    also at the known boundaries of exactly representable weights laid across blocks."""
+    gen = _gen(21)
+    weights = torch.cat([_sparse_rows(2000, vocab, gen), torch.rand(2000, vocab, generator=gen)])
+    u = torch.rand(4000, 1, dtype=torch.float64, generator=gen)
+    blocks = draw_by_blocks(weights, u, block=8)
+    assert torch.equal(blocks, draw_by_scan(weights, u))
+    assert (weights.gather(-1, blocks) > 0).all()
+    exact = torch.zeros(6, vocab, dtype=torch.float64)
+    exact[:, 3], exact[:, 9], exact[:, 30], exact[:, vocab - 2] = 0.25, 0.25, 0.25, 0.25  # blocks 0, 1, 3 and the last
+    edges = torch.tensor([[0.0], [0.2499], [0.25], [0.5], [0.75], [0.9999]], dtype=torch.float64)
+    assert draw_by_blocks(exact, edges, block=8)[:, 0].tolist() == [3, 3, 9, 30, vocab - 2, vocab - 2]
+
+
+def test_sample_over_a_large_vocabulary_draws_by_blocks_and_exactly(monkeypatch):
+    """`sample` takes the blocks on a CPU from 8 blocks a row: chi-square against the law, with the power to reject
+    a slightly wrong one, and the generator's draws are the given uniforms' (seeded runs reproduce)."""
+    monkeypatch.setattr(bebop.sampling, "DRAW_BLOCK", 16)
+    probs = torch.zeros(160)
+    probs[[2, 17, 18, 47, 100, 159]] = torch.tensor([0.3, 0.05, 0.25, 0.001, 0.199, 0.2])
+    tokens = sample(probs.expand(200_000, 160), _gen(22))
+    assert _chi2_pvalue(tokens, probs) > 1e-3
+    wrong = probs.clone()
+    wrong[2], wrong[17] = 0.31, 0.04
+    assert _chi2_pvalue(tokens, wrong) < 1e-3
+    scattered = torch.rand(300, 160, generator=_gen(23))
+    drawn = torch.rand(300, dtype=torch.float64, generator=_gen(24))
+    assert torch.equal(sample(scattered, uniform=drawn), sample(scattered, _gen(24)))
+    assert torch.equal(sample(scattered, uniform=drawn), draw_by_blocks(scattered, drawn[:, None], block=16)[:, 0])
 
 
 def test_sample_bad_input_raises():

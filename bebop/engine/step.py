@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_map_only
 from bebop.engine.phases import PhaseClock, tick
 from bebop.engine.ragged import Layout, ragged_forward, rectangle_hidden
 from bebop.models.kvcache import KVCache
-from bebop.sampling import normaliser_and_entropy, probs_from_logits, sample, scaled_logits
+from bebop.sampling import probs_from_logits, sample, scores_normaliser_entropy
 from bebop.verify import Drafts, verify_scores
 
 # (temperature, top_k, top_p, vocab_limit): GenerationConfig.sampling, the arguments of bebop.sampling.scaled_logits
@@ -130,7 +130,8 @@ def verify_rows(model, pending: torch.Tensor, drafts: Drafts, cache: KVCache, un
 
     The target's law enters through its scaled logits and their log-normalisers only: p at a draft is
     exp(score - log-normaliser), the full distribution is formed at one position per row (the deciding one), and
-    each position's entropy comes from the same exponentials (`normaliser_and_entropy`).
+    each position's entropy comes from the same exponentials (`scores_normaliser_entropy`, a block of positions
+    at a time).
 
     Returns (host [B, 3G+4] float64, the table of `pack_host_table`; num_accepted [B]; next_token [B]; emitted
     [B, G+1] (accepted drafts, then next_token repeated); hidden [B, G+1, d], or with the layout's taps (a fused
@@ -143,9 +144,7 @@ def verify_rows(model, pending: torch.Tensor, drafts: Drafts, cache: KVCache, un
     tick(clock, "verify_forward")
     logits = model.lm_logits(hidden)  # [N, V]
     tick(clock, "verify_lm_head")
-    scores = scaled_logits(logits, *sampling)  # [N, V]
-    masked = sampling[0] == 0 or any(x is not None for x in sampling[1:])
-    log_normaliser, entropies = normaliser_and_entropy(scores, masked)  # [N], [N]
+    scores, log_normaliser, entropies = scores_normaliser_entropy(logits, *sampling)  # [N, V], [N], [N]
     tick(clock, "target_probs")
     verdict = verify_scores(scores, log_normaliser, layout.index, drafts, uniforms, method, clock=clock)
     num_accepted, next_token = verdict.num_accepted, verdict.next_token  # [B], [B]

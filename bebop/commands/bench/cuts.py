@@ -7,6 +7,12 @@ after it on the same tensors, in interleaved rounds (medians of per-round ratios
                     or the log-normalisers and entropies from one pass of exponentials (after)
   verify            the acceptance tests and the residual at each row's deciding position: `bebop.verify.verify` on
                     softmaxes and q over V (before), `bebop.verify.verify_scores` on scores and q over S (after)
+  p in blocks       the scores, log-normalisers and entropies of every verified position over the whole [N, V] tensor
+                    (before), or a block of positions at a time, whose passes stay in cache (after:
+                    `bebop.sampling.scores_normaliser_entropy`)
+  draw              a row's token from its weights over V (each row's plain draw, bonus or residual): one float64
+                    scan over the row (before), or the scan over blocks' sums, then inside one block (after:
+                    `bebop.sampling.draw_by_blocks`)
   ragged forward    the target forward over a rectangle of B·(γ+1) positions (before: every row at the deepest
                     depth), or over each row's own positions packed (after), half the rows at depth 0, half at γ
   rows out          a row leaving the batch (its answer finished): the survivors copied whole into a new cache
@@ -23,7 +29,8 @@ import torch
 from bebop.commands.bench.rounds import round_ratio, round_ratio_se
 from bebop.draft_vocab import scatter_probs
 from bebop.engine.ragged import layout_of, ragged_forward
-from bebop.sampling import entropy, normaliser_and_entropy, probs_from_logits, sample, scaled_logits
+from bebop.sampling import (draw_by_blocks, draw_by_scan, entropy, normaliser_and_entropy, probs_from_logits, sample,
+                            scaled_logits, scores_normaliser_entropy)
 from bebop.verify import Drafts, verify, verify_scores
 
 GAMMA = 3
@@ -45,6 +52,7 @@ def cut_cells(batch: int, vocab: int, draft_ids: torch.Tensor, temperature: floa
     logits, drafts, uniforms = _inputs(batch, vocab, draft_ids, temperature, torch.Generator().manual_seed(0))
     full_q = scatter_probs(drafts.draft_probs, draft_ids, vocab)
     probs = probs_from_logits(logits, temperature)
+    flat = logits.view(-1, vocab).bfloat16()  # [B·(γ+1), V] as the LM head gives them on a bf16 CPU
     scores = scaled_logits(logits.view(-1, vocab), temperature)
     lse, _ = normaliser_and_entropy(scores, masked=False)
     index = torch.arange(batch * (GAMMA + 1)).view(batch, GAMMA + 1)
@@ -63,7 +71,11 @@ def cut_cells(batch: int, vocab: int, draft_ids: torch.Tensor, temperature: floa
             ("q over V", "after"): lambda: drafts.draft_probs,
             ("p, entropy, logp", "before"): p_before, ("p, entropy, logp", "after"): p_after,
             ("verify", "before"): lambda: verify(drafts.tokens, probs, full_q, uniforms=uniforms, validate=False),
-            ("verify", "after"): lambda: verify_scores(scores, lse, index, drafts, uniforms)}
+            ("verify", "after"): lambda: verify_scores(scores, lse, index, drafts, uniforms),
+            ("p in blocks", "before"): lambda: normaliser_and_entropy(scaled_logits(flat, temperature), masked=False),
+            ("p in blocks", "after"): lambda: scores_normaliser_entropy(flat, temperature),
+            ("draw", "before"): lambda: draw_by_scan(probs[:, 0], uniforms[:, :1]),
+            ("draw", "after"): lambda: draw_by_blocks(probs[:, 0], uniforms[:, :1])}
 
 
 @torch.inference_mode()
@@ -100,19 +112,24 @@ def compaction_cells(model, batch: int, context: int, max_len: int) -> dict:
 
 
 def time_cuts(cells: dict, repeats: int, calls: int = 5) -> dict:
-    """{cut: (before ms, after ms, after / before, its standard error)} over interleaved rounds of `calls` calls."""
+    """{cut: (before ms, after ms, after / before, its standard error)} over interleaved rounds of `calls` calls.
+
+    Each timed batch of calls follows an untimed call of the same cell, and a cut's two paths swap places every
+    round: timed right after another cell, a path would pay for the caches that cell left (the second of a pair, on
+    the first's still-warm tensors, measured 0.62x the first when both ran the same code)."""
     seconds = {key: [] for key in cells}
+    cuts = list(dict.fromkeys(c for c, _ in cells))
     with torch.inference_mode():
-        for fn in cells.values():  # warm-up
-            fn()
-        for _ in range(repeats):
-            for key, fn in cells.items():
+        for round_index in range(repeats):
+            sides = ("before", "after") if round_index % 2 == 0 else ("after", "before")
+            for key in [(cut, side) for cut in cuts for side in sides]:
+                cells[key]()  # warm, untimed
                 start = time.perf_counter()
                 for _ in range(calls):
-                    fn()
+                    cells[key]()
                 seconds[key].append((time.perf_counter() - start) / calls)
     out = {}
-    for cut in dict.fromkeys(c for c, _ in cells):
+    for cut in cuts:
         before, after = seconds[(cut, "before")], seconds[(cut, "after")]
         out[cut] = (1e3 * statistics.median(before), 1e3 * statistics.median(after), round_ratio(after, before),
                     round_ratio_se(after, before))
