@@ -249,18 +249,36 @@ def test_seeded_runs_are_reproducible(tiny_pair):
     assert other.tokens != engine.generate(PROMPTS, config).tokens
 
 
-@pytest.mark.parametrize("gamma", [0, 2, "rows"])
+class _RaggedRows(DepthController):
+    """Each row its own depth, fixed by its place in the batch (0, 1, 2, 0, ...): ragged verification without the
+    wall-clock costs `gamma="rows"` learns from, which would let two runs of one seed choose different depths."""
+
+    def decide(self, rows: int) -> Choice:
+        depths = tuple(b % 3 for b in range(rows))
+        return Choice(max(depths), rows, rows, self.expected_accepted(max(depths)), None, False, depths=depths,
+                      budget=rows + sum(depths))
+
+
+@pytest.mark.parametrize("gamma", [0, 2, "ragged"])
 def test_the_verification_s_scores_by_blocks_decode_what_the_whole_tensor_does(tiny_pair, gamma, monkeypatch):
     """The engine's verification takes the target's scores a block of positions at a time over a large vocabulary
     (`bebop.sampling.scores_normaliser_entropy`); at one position per block it emits the tokens, log-probs and
     entropies of the whole-tensor pass, every bit of them (plain, speculative, each row its own depth)."""
-    config = GenerationConfig(max_new_tokens=12, gamma=gamma, seed=5, temperature=0.8)
-    whole = Engine(*tiny_pair).generate(PROMPTS, config)
+    ragged = gamma == "ragged"
+    config = GenerationConfig(max_new_tokens=12, gamma="auto" if ragged else gamma, max_gamma=2, seed=5,
+                              temperature=0.8)
+
+    def decode():
+        engine = Engine(*tiny_pair, depth=_RaggedRows(DepthConfig(2)) if ragged else None)
+        return engine.generate(PROMPTS, config)
+    whole = decode()
     monkeypatch.setattr(bebop.sampling, "BLOCK_BYTES", 4 * tiny_pair[0].config.vocab_size)
     monkeypatch.setattr(bebop.sampling, "WHOLE_BLOCKS", 0)
-    blocks = Engine(*tiny_pair).generate(PROMPTS, config)
+    blocks = decode()
     assert blocks.tokens == whole.tokens and blocks.logprobs == whole.logprobs
     assert blocks.entropy == whole.entropy
+    if ragged:
+        assert whole.stats["spec/num_accepted_tokens"] > 0  # rows at depths 1 and 2 drafted and were verified
 
 
 def test_an_unseeded_run_draws_its_seed_from_the_global_generator(tiny_pair):
