@@ -200,14 +200,7 @@ def draw_by_scan(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # float64 keeps the CDF exact to ~1e-16, so even tokens far below float32 resolution of the running
     # sum keep their probability.
     cdf = weights.double().cumsum(-1)  # [N, V]
-    total = cdf[:, -1:]  # [N, 1]
-    # u < 1, but u * total can round up to total; nextafter keeps the target strictly inside the CDF.
-    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
-    index = torch.searchsorted(cdf, x, right=True).clamp_max_(weights.shape[-1] - 1)  # [N, 1] first cdf > x
-    # Sequential sums give a zero-weight token no CDF step, so it cannot be hit; a parallel scan (GPU) may
-    # round differently, so keep the guarantee explicitly with the row's argmax as a fallback.
-    zero = weights.gather(-1, index) <= 0  # [N, 1]
-    return torch.where(zero, weights.argmax(-1, keepdim=True), index)
+    return _first_past(cdf, weights, u * cdf[:, -1:])
 
 
 def draw_by_blocks(weights: torch.Tensor, u: torch.Tensor, block: int | None = None) -> torch.Tensor:
@@ -215,23 +208,33 @@ def draw_by_blocks(weights: torch.Tensor, u: torch.Tensor, block: int | None = N
     scan over them find the block u lands in, then a scan inside that block finds the token. The same law: a
     token's cumulative weight is the blocks' before it plus its block's up to it, float64 sums of the same weights
     in another order (equal to ~1e-16 of the total), and neither a block without mass nor a token without weight
-    has a step to be hit (the block's argmax stays as the fallback). It reads the weights once, in a sum, where the
-    scan copies each row to float64 and runs through all of it (`bench step --cuts`, "draw": docs/draft-depth.md)."""
+    has a step to be hit (`_first_past`'s argmax stays as the fallback). It reads the weights once, in a sum, where
+    the scan copies each row to float64 and runs through all of it (`bench step --cuts`, "draw":
+    docs/draft-depth.md)."""
     block = DRAW_BLOCK if block is None else block
     rows, vocab = weights.shape
     blocks_per_row = -(-vocab // block)
     if vocab % block:
         weights = torch.nn.functional.pad(weights, (0, blocks_per_row * block - vocab))  # zero weight: never drawn
     blocks = weights.view(rows, blocks_per_row, block)  # [N, nb, block]
-    block_cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [N, nb]
+    sums = blocks.sum(-1, dtype=torch.float64)  # [N, nb]
+    block_cdf = sums.cumsum(-1)  # [N, nb]
     total = block_cdf[:, -1:]  # [N, 1]
     x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1] as draw_by_scan's
-    j = torch.searchsorted(block_cdf, x, right=True).clamp_max_(blocks_per_row - 1)  # [N, 1] first block_cdf > x
+    j = _first_past(block_cdf, sums, x)  # [N, 1] the block x lands in
     before = torch.where(j > 0, block_cdf.gather(-1, (j - 1).clamp_min(0)), torch.zeros_like(x))  # [N, 1]
-    inner = blocks.gather(1, j[:, :, None].expand(rows, 1, block))[:, 0]  # [N, block] the block x lands in
-    inner_cdf = inner.double().cumsum(-1)  # [N, block]
-    # Rounding can put x - before at or past the block's own scan total: keep it inside, as at the row's end.
-    rest = torch.minimum((x - before).clamp_min(0), torch.nextafter(inner_cdf[:, -1:], torch.zeros_like(x)))
-    i = torch.searchsorted(inner_cdf, rest, right=True).clamp_max_(block - 1)  # [N, 1]
-    i = torch.where(inner.gather(-1, i) <= 0, inner.argmax(-1, keepdim=True), i)
-    return j * block + i
+    inner = blocks.gather(1, j[:, :, None].expand(rows, 1, block))[:, 0]  # [N, block]
+    # Rounding can put x - before at or past the block's own scan total: `_first_past` keeps it inside.
+    return j * block + _first_past(inner.double().cumsum(-1), inner, (x - before).clamp_min(0))
+
+
+def _first_past(cdf: torch.Tensor, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[N, 1] long: in each row of cdf [N, n] (the float64 scan of weights [N, n]), the first entry past x [N, 1],
+    x kept strictly below the row's total (u < 1, but u * total can round up to it)."""
+    total = cdf[:, -1:]  # [N, 1]
+    x = torch.minimum(x, torch.nextafter(total, torch.zeros_like(total)))  # [N, 1]
+    index = torch.searchsorted(cdf, x, right=True).clamp_max_(cdf.shape[-1] - 1)  # [N, 1] first cdf > x
+    # Sequential sums give a zero-weight entry no CDF step, so it cannot be hit; a parallel scan (GPU) may
+    # round differently, so keep the guarantee explicitly with the row's argmax as a fallback.
+    zero = weights.gather(-1, index) <= 0  # [N, 1]
+    return torch.where(zero, weights.argmax(-1, keepdim=True), index)
